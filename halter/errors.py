@@ -1,0 +1,80 @@
+"""The exceptions halter raises: one root, each also a familiar builtin."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class HalterError(Exception):
+    """Root of every error halter raises on purpose."""
+
+
+class GrammarError(HalterError, ValueError):
+    """A grammar that cannot be parsed or compiled.
+
+    ``line`` and ``column`` are 1-based and point at the offending character
+    (both ``None`` when the problem has no single place, e.g. a missing root).
+    ``context`` is the offending line with a caret under the column.
+    """
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None,
+                 text: str | None = None) -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.context = _caret_context(text, line, column) if text is not None else ""
+        where = f" at line {line}, column {column}" if line is not None else ""
+        full = f"{message}{where}"
+        if self.context:
+            full += "\n" + self.context
+        super().__init__(full)
+
+
+class SchemaError(HalterError, ValueError):
+    """An invalid JSON Schema (or regex), with the JSON pointer of the problem."""
+
+    def __init__(self, message: str, pointer: str = "", keyword: str | None = None) -> None:
+        self.message = message
+        self.pointer = pointer
+        self.keyword = keyword
+        where = f" (at {pointer or '#'})"
+        super().__init__(message + where)
+
+
+class UnsupportedSchemaError(SchemaError):
+    """A schema keyword a grammar cannot enforce (raised in strict mode)."""
+
+
+class ModelLoadError(HalterError, OSError):
+    """A model or vocabulary file that cannot be loaded; names the file and the field."""
+
+    def __init__(self, message: str, path: Any = None, field: str | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.field = field
+        parts = [message]
+        if field:
+            parts.append(f"field {field!r}")
+        if path is not None:
+            parts.append(f"in {path}")
+        super().__init__(": ".join([parts[0], ", ".join(parts[1:])]) if len(parts) > 1 else message)
+
+
+class IncompleteOutputError(HalterError):
+    """The output is not a complete match (e.g. max_tokens ran out before the grammar could end)."""
+
+    def __init__(self, message: str, completion: Any = None) -> None:
+        self.completion = completion
+        super().__init__(message)
+
+
+class NoValidTokenError(HalterError, RuntimeError):
+    """The grammar allows no token of the vocabulary here (a dead end); never sample outside the mask."""
+
+
+def _caret_context(text: str, line: int | None, column: int | None) -> str:
+    if line is None or column is None:
+        return ""
+    lines = text.splitlines() or [""]
+    if not 1 <= line <= len(lines):
+        return ""
+    src = lines[line - 1]
+    return f"    {src}\n    {' ' * (column - 1)}^"

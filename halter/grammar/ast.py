@@ -1,0 +1,223 @@
+"""The grammar syntax tree: what a parsed GBNF grammar is, and how it prints back as GBNF.
+
+Every grammar source (GBNF text, JSON Schema, regex) ends up as a dict of rule name -> ``Expr``.
+Code points are plain ints; character classes are sorted, merged, inclusive ranges.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Union
+
+MAX_CODE_POINT = 0x10FFFF
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A literal string (may be empty: matches nothing, i.e. epsilon)."""
+    text: str
+
+
+@dataclass(frozen=True)
+class CharClass:
+    """A set of code points: ``ranges`` are inclusive (lo, hi) pairs; ``negated`` means the complement."""
+    ranges: tuple[tuple[int, int], ...]
+    negated: bool = False
+
+    def code_point_ranges(self) -> list[tuple[int, int]]:
+        """The matched code points as sorted, disjoint, inclusive ranges (negation applied)."""
+        merged = merge_ranges(self.ranges)
+        if not self.negated:
+            return merged
+        out, nxt = [], 0
+        for lo, hi in merged:
+            if lo > nxt:
+                out.append((nxt, lo - 1))
+            nxt = hi + 1
+        if nxt <= MAX_CODE_POINT:
+            out.append((nxt, MAX_CODE_POINT))
+        return out
+
+
+@dataclass(frozen=True)
+class AnyChar:
+    """``.``: any single Unicode character."""
+
+
+@dataclass(frozen=True)
+class RuleRef:
+    """A reference to another rule; ``line``/``column`` locate it in the source for errors."""
+    name: str
+    line: int = 0
+    column: int = 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RuleRef) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("RuleRef", self.name))
+
+
+@dataclass(frozen=True)
+class TokenRef:
+    """A token match: ``<[123]>`` (``token_id``) or ``<text>`` (``text``); ``negated`` for ``!<...>``.
+
+    Token references only mean something once the grammar is compiled for a vocabulary.
+    """
+    token_id: int | None = None
+    text: str | None = None
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Seq:
+    items: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Alt:
+    options: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """``expr{min,max}``; ``max=None`` means unbounded (``*`` is {0,}, ``+`` is {1,}, ``?`` is {0,1})."""
+    expr: "Expr"
+    min: int
+    max: int | None
+
+
+Expr = Union[Literal, CharClass, AnyChar, RuleRef, TokenRef, Seq, Alt, Repeat]
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sort and merge overlapping or adjacent inclusive ranges."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(a, b) for a, b in out]
+
+
+def seq(*items: Expr) -> Expr:
+    """A sequence, flattened; a single item stands for itself."""
+    flat: list[Expr] = []
+    for it in items:
+        if isinstance(it, Seq):
+            flat.extend(it.items)
+        elif isinstance(it, Literal) and it.text == "" and items:
+            continue
+        else:
+            flat.append(it)
+    if not flat:
+        return Literal("")
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def alt(*options: Expr) -> Expr:
+    """An alternation, flattened; a single option stands for itself."""
+    flat: list[Expr] = []
+    for o in options:
+        flat.extend(o.options if isinstance(o, Alt) else (o,))
+    return flat[0] if len(flat) == 1 else Alt(tuple(flat))
+
+
+def rule_refs(expr: Expr) -> Iterable[RuleRef]:
+    """Every rule reference inside ``expr``."""
+    if isinstance(expr, RuleRef):
+        yield expr
+    elif isinstance(expr, Seq):
+        for it in expr.items:
+            yield from rule_refs(it)
+    elif isinstance(expr, Alt):
+        for it in expr.options:
+            yield from rule_refs(it)
+    elif isinstance(expr, Repeat):
+        yield from rule_refs(expr.expr)
+
+
+def has_token_refs(expr: Expr) -> bool:
+    if isinstance(expr, TokenRef):
+        return True
+    if isinstance(expr, Seq):
+        return any(has_token_refs(i) for i in expr.items)
+    if isinstance(expr, Alt):
+        return any(has_token_refs(i) for i in expr.options)
+    if isinstance(expr, Repeat):
+        return has_token_refs(expr.expr)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing as normalized GBNF
+
+_ESCAPES = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", ord("\\"): "\\\\"}
+
+
+def _escape_char(cp: int, specials: str) -> str:
+    if cp in _ESCAPES:
+        return _ESCAPES[cp]
+    ch = chr(cp)
+    if ch in specials:
+        return "\\" + ch
+    if cp < 0x20 or cp == 0x7F:
+        return f"\\x{cp:02X}"
+    if 0xD800 <= cp <= 0xDFFF or not ch.isprintable() and cp > 0x7F:
+        return f"\\u{cp:04X}" if cp <= 0xFFFF else f"\\U{cp:08X}"
+    return ch
+
+
+def format_expr(expr: Expr, parent_prec: int = 0) -> str:
+    """GBNF text for ``expr``; precedence 0 = alternation, 1 = sequence, 2 = atom."""
+    if isinstance(expr, Literal):
+        return '"' + "".join(_escape_char(ord(c), '"') for c in expr.text) + '"'
+    if isinstance(expr, CharClass):
+        body = []
+        for lo, hi in expr.ranges:
+            body.append(_escape_char(lo, "]-^["))
+            if hi != lo:
+                body.append("-" + _escape_char(hi, "]-^["))
+        return "[" + ("^" if expr.negated else "") + "".join(body) + "]"
+    if isinstance(expr, AnyChar):
+        return "."
+    if isinstance(expr, RuleRef):
+        return expr.name
+    if isinstance(expr, TokenRef):
+        inner = f"[{expr.token_id}]" if expr.token_id is not None else expr.text
+        return ("!" if expr.negated else "") + f"<{inner}>"
+    if isinstance(expr, Seq):
+        text = " ".join(format_expr(i, 1) for i in expr.items)
+        return f"({text})" if parent_prec > 1 else text
+    if isinstance(expr, Alt):
+        text = " | ".join(format_expr(o, 1) for o in expr.options)
+        return f"({text})" if parent_prec > 0 else text
+    if isinstance(expr, Repeat):
+        inner = format_expr(expr.expr, 2)
+        lo, hi = expr.min, expr.max
+        if (lo, hi) == (0, None):
+            suffix = "*"
+        elif (lo, hi) == (1, None):
+            suffix = "+"
+        elif (lo, hi) == (0, 1):
+            suffix = "?"
+        elif hi is None:
+            suffix = f"{{{lo},}}"
+        elif lo == hi:
+            suffix = f"{{{lo}}}"
+        else:
+            suffix = f"{{{lo},{hi}}}"
+        return inner + suffix
+    raise TypeError(f"not a grammar expression: {expr!r}")
+
+
+def format_grammar(rules: dict[str, Expr]) -> str:
+    """Normalized GBNF text for a whole grammar, one rule per line, in definition order."""
+    return "".join(f"{name} ::= {format_expr(expr)}\n" for name, expr in rules.items())
+
+
+@dataclass
+class RuleSet:
+    """Rules in definition order, with where each was defined (for error messages)."""
+    rules: dict[str, Expr] = field(default_factory=dict)
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
