@@ -1,0 +1,29 @@
+"""halter's inference engine: GGUF models run in PyTorch with a KV cache, and the generation loop.
+
+``Model.load(path)`` reads a llama-family or qwen2 GGUF file; ``Model.generate`` drives the
+sampling loop; ``build_tiny_gguf`` writes small random models for tests and the demo.
+``Tokenizer`` (the GGUF vocabulary's tokenizer) is imported on first access.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from halter.engine.config import ModelConfig
+from halter.engine.kv_cache import KVCache
+from halter.engine.model import Model
+from halter.engine.tiny import build_tiny_gguf
+
+__all__ = ["GenerationResult", "KVCache", "Model", "ModelConfig", "Tokenizer", "build_tiny_gguf",
+           "generate"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the tokenizer and the generation loop pull in modules (grammar, sampling) that
+    # loading a model for logits does not need.
+    if name == "Tokenizer":
+        from halter.engine.tokenizer import Tokenizer
+        return Tokenizer
+    if name in ("generate", "GenerationResult"):
+        from halter.engine import generation as _gen
+        return getattr(_gen, name)
+    raise AttributeError(f"module 'halter.engine' has no attribute {name!r}")

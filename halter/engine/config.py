@@ -1,0 +1,110 @@
+"""Model hyper-parameters read from GGUF metadata, with the per-architecture rules halter supports.
+
+``ModelConfig.from_gguf_fields`` turns the ``{general.architecture}.*`` keys of a GGUF file into a
+frozen dataclass; a missing or malformed key becomes a ``ModelLoadError`` naming the key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from halter.errors import ModelLoadError
+
+# general.architecture -> (rope layout in the Q/K weights, whether Q/K/V carry biases).
+# llama.cpp's converter permutes llama Q/K rows so ggml's NORM rope (adjacent pairs) applies;
+# qwen2 keeps the Hugging Face layout, rotated with the NEOX (half-split) rope.
+ARCHITECTURES: dict[str, tuple[str, bool]] = {
+    "llama": ("norm", False),
+    "qwen2": ("neox", True),
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shapes and constants of a llama-family transformer."""
+
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_vocab: int
+    norm_eps: float
+    rope_base: float
+    rope_dim: int
+    rope_type: str            # "norm" (adjacent pairs) or "neox" (first half / second half)
+    rope_linear_scale: float  # positions are divided by this (llama.cpp rope.scaling.type=linear)
+    attn_bias: bool
+    n_ctx_train: int
+
+    @staticmethod
+    def from_gguf_fields(get: Callable[[str], Any], n_vocab: int, path: Any = None) -> "ModelConfig":
+        """Build from a metadata getter ``get(key) -> value or None``; ``n_vocab`` from the embedding."""
+        arch = get("general.architecture")
+        if arch is None:
+            raise ModelLoadError("not a model file (no architecture)", path=path,
+                                 field="general.architecture")
+        if arch not in ARCHITECTURES:
+            raise ModelLoadError(
+                f"unsupported architecture {arch!r} (supported: {', '.join(sorted(ARCHITECTURES))})",
+                path=path, field="general.architecture")
+        rope_type, attn_bias = ARCHITECTURES[arch]
+
+        def need(key: str) -> Any:
+            value = get(f"{arch}.{key}")
+            if value is None:
+                raise ModelLoadError("missing metadata", path=path, field=f"{arch}.{key}")
+            return value
+
+        def num(key: str, default: Any = None, kind: type = int) -> Any:
+            value = get(f"{arch}.{key}") if default is not None else need(key)
+            if value is None:
+                return default
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ModelLoadError(f"expected a number, found {value!r}", path=path,
+                                     field=f"{arch}.{key}")
+            return kind(value)
+
+        n_embd = num("embedding_length")
+        n_head = num("attention.head_count")
+        n_head_kv = num("attention.head_count_kv", n_head)
+        if n_head <= 0 or n_head_kv <= 0 or n_head % n_head_kv:
+            raise ModelLoadError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}",
+                                 path=path, field=f"{arch}.attention.head_count_kv")
+        head_dim = num("attention.key_length", n_embd // n_head)
+        scaling = get(f"{arch}.rope.scaling.type") or "none"
+        if scaling not in ("none", "linear"):
+            raise ModelLoadError(f"unsupported rope scaling {scaling!r} (supported: none, linear)",
+                                 path=path, field=f"{arch}.rope.scaling.type")
+        factor = num("rope.scaling.factor", 1.0, float) if scaling == "linear" else 1.0
+        rope_dim = num("rope.dimension_count", head_dim)
+        if rope_dim != head_dim:
+            raise ModelLoadError(f"partial rotary embeddings ({rope_dim} of {head_dim}) are not supported",
+                                 path=path, field=f"{arch}.rope.dimension_count")
+        return ModelConfig(
+            arch=arch, n_layer=num("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+            head_dim=head_dim, n_ff=num("feed_forward_length"), n_vocab=n_vocab,
+            norm_eps=num("attention.layer_norm_rms_epsilon", 1e-5, float),
+            rope_base=num("rope.freq_base", 10000.0, float), rope_dim=rope_dim, rope_type=rope_type,
+            rope_linear_scale=factor if factor > 0 else 1.0, attn_bias=attn_bias,
+            n_ctx_train=num("context_length", 4096))
+
+    def expected_tensors(self) -> Mapping[str, tuple[int, ...]]:
+        """GGUF tensor name -> torch shape for every tensor the model needs (output.weight optional)."""
+        e, kv, ff = self.n_embd, self.n_head_kv * self.head_dim, self.n_ff
+        q = self.n_head * self.head_dim
+        shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (self.n_vocab, e),
+                                              "output_norm.weight": (e,)}
+        for i in range(self.n_layer):
+            b = f"blk.{i}."
+            shapes.update({b + "attn_norm.weight": (e,), b + "attn_q.weight": (q, e),
+                           b + "attn_k.weight": (kv, e), b + "attn_v.weight": (kv, e),
+                           b + "attn_output.weight": (e, q), b + "ffn_norm.weight": (e,),
+                           b + "ffn_gate.weight": (ff, e), b + "ffn_up.weight": (ff, e),
+                           b + "ffn_down.weight": (e, ff)})
+            if self.attn_bias:
+                shapes.update({b + "attn_q.bias": (q,), b + "attn_k.bias": (kv,),
+                               b + "attn_v.bias": (kv,)})
+        return shapes

@@ -1,0 +1,209 @@
+"""``Model``: a GGUF file loaded into the PyTorch transformer, with its KV cache and tokenizer.
+
+This is the object users hold. ``Model.load`` picks the device and dtype, reads and dequantizes
+the file, fuses Q/K/V and allocates the cache; ``decode`` evaluates tokens appended to cached
+sequences (llama.cpp's ``llama_decode``); ``logits`` is the stateless convenience for a whole
+token list; ``generate`` runs the sampling loop in ``halter.engine.generate``.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from halter.engine.config import ModelConfig
+from halter.engine.gguf_loader import Progress, load_gguf
+from halter.engine.kv_cache import KVCache
+from halter.engine.rope import Rope
+from halter.engine.transformer import Transformer
+from halter.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from halter.engine.generation import GenerationResult
+
+
+def default_device() -> torch.device:
+    """CUDA when available, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on CUDA devices that support it, else fp16 there; fp32 on the CPU."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+_DTYPES = {"f32": torch.float32, "float32": torch.float32, "f16": torch.float16,
+           "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+
+
+def _state_dict(c: ModelConfig, t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """GGUF tensor names -> ``Transformer`` parameter names, fusing Q/K/V into ``wqkv``."""
+    sd = {"tok_embeddings.weight": t["token_embd.weight"], "norm.weight": t["output_norm.weight"],
+          "output.weight": t.get("output.weight", t["token_embd.weight"])}
+    for i in range(c.n_layer):
+        b, p = f"blk.{i}.", f"layers.{i}."
+        sd[p + "attention.wqkv.weight"] = torch.cat([t[b + f"attn_{x}.weight"] for x in "qkv"])
+        if c.attn_bias:
+            sd[p + "attention.wqkv.bias"] = torch.cat([t[b + f"attn_{x}.bias"] for x in "qkv"])
+        for ours, theirs in (("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
+                             ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
+                             ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")):
+            sd[p + ours + ".weight"] = t[b + theirs + ".weight"]
+    return sd
+
+
+class Model:
+    """A loaded GGUF model: transformer, KV cache for ``n_seq_max`` sequences, tokenizer."""
+
+    def __init__(self, path: str, config: ModelConfig, net: Transformer, rope: Rope,
+                 cache: KVCache, n_batch: int) -> None:
+        self.path, self.config, self.net, self.rope, self.cache = path, config, net, rope, cache
+        self.n_batch = n_batch
+        self._tokenizer: Any = None
+        self._vocab: Any = None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], device: str | torch.device | None = None,
+             dtype: str | torch.dtype | None = None, n_ctx: int | None = None, *,
+             n_batch: int = 512, n_seq_max: int = 2, progress: Progress = True) -> "Model":
+        """Load ``path`` (GGUF, llama or qwen2 architecture) for inference.
+
+        ``device`` defaults to CUDA when available; ``dtype`` to bf16/fp16 on CUDA and fp32 on the
+        CPU (also accepts "f32", "f16", "bf16"). ``n_ctx`` (default: the training context, at most
+        4096) is the cache length per sequence; ``n_seq_max`` sequences can be cached at once
+        (two by default, for classifier-free guidance). ``progress``: True prints to stderr,
+        False is quiet, a callable gets ``(tensors_done, tensors_total, name)``.
+        """
+        dev = default_device() if device is None else torch.device(device)
+        if isinstance(dtype, str):
+            if dtype.lower() not in _DTYPES:
+                raise ValueError(f"dtype {dtype!r} not understood (use one of {sorted(_DTYPES)})")
+            dtype = _DTYPES[dtype.lower()]
+        dt = default_dtype(dev) if dtype is None else dtype
+        if n_batch < 1 or n_seq_max < 1:
+            raise ValueError(f"n_batch ({n_batch}) and n_seq_max ({n_seq_max}) must be positive")
+        config, tensors, _ = load_gguf(path, dtype=dt, device=dev, progress=progress)
+        n_ctx = min(config.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
+        if n_ctx < 1:
+            raise ValueError(f"n_ctx must be positive, not {n_ctx}")
+        with torch.device("meta"):
+            net = Transformer(config)
+        try:
+            net.load_state_dict(_state_dict(config, tensors), assign=True, strict=True)
+        except RuntimeError as exc:
+            raise ModelLoadError(f"tensors do not fit the model ({exc})", path=path) from exc
+        net.eval().requires_grad_(False)
+        rope = Rope(config.head_dim, config.rope_base, config.rope_type,
+                    linear_scale=config.rope_linear_scale,
+                    freq_factors=tensors.get("rope_freqs.weight"), device=dev)
+        cache = KVCache(n_layer=config.n_layer, n_seq=n_seq_max, n_ctx=n_ctx,
+                        n_head_kv=config.n_head_kv, head_dim=config.head_dim, rope=rope,
+                        dtype=dt, device=dev)
+        return cls(os.fspath(path), config, net, rope, cache, n_batch)
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.net.tok_embeddings.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.net.tok_embeddings.weight.dtype
+
+    @property
+    def n_ctx(self) -> int:
+        """Tokens each sequence can hold in the cache."""
+        return self.cache.n_ctx
+
+    @property
+    def n_vocab(self) -> int:
+        """Rows of the output layer (may exceed the tokenizer's vocabulary)."""
+        return self.config.n_vocab
+
+    @property
+    def tokenizer(self) -> Any:
+        """The GGUF file's tokenizer (``halter.engine.tokenizer.Tokenizer``), loaded on first use."""
+        if self._tokenizer is None:
+            from halter.engine.tokenizer import Tokenizer
+            self._tokenizer = Tokenizer.from_gguf(self.path)
+        return self._tokenizer
+
+    @property
+    def vocab(self) -> Any:
+        """The file's ``halter.grammar.vocab.Vocabulary`` (token bytes, EOG ids), the tokenizer's."""
+        if self._vocab is None:
+            try:
+                self._vocab = self.tokenizer.vocab
+            except ImportError:   # tokenizer module absent: the vocabulary alone still loads
+                from halter.grammar.vocab import Vocabulary
+                self._vocab = Vocabulary.from_gguf(self.path)
+        return self._vocab
+
+    # -- evaluation ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def decode(self, tokens: Sequence[Sequence[int]] | torch.Tensor, seq_ids: Sequence[int],
+               *, all_logits: bool = False) -> torch.Tensor:
+        """Append ``tokens [B][T]`` to sequences ``seq_ids`` (one row each) and evaluate them.
+
+        Positions continue from each sequence's last cached position. Returns float32 logits on
+        the model's device: ``[B, T, n_vocab]`` with ``all_logits``, else ``[B, n_vocab]`` for the
+        last token of each row. Rows must have the same length; evaluate longer prompts with
+        ``eval_prompt`` (chunks of ``n_batch``). On CUDA the call returns before the GPU is done:
+        work on the CPU before touching the logits overlaps with the forward pass.
+        """
+        ids = torch.as_tensor(tokens, dtype=torch.long)
+        if ids.ndim != 2 or ids.shape[0] != len(seq_ids) or ids.shape[1] == 0:
+            raise ValueError(f"tokens must be [len(seq_ids)={len(seq_ids)}, T>0], got {tuple(ids.shape)}")
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"sequence ids must be distinct, got {list(seq_ids)}")
+        if int(ids.min()) < 0 or int(ids.max()) >= self.n_vocab:
+            raise ValueError(f"token ids must be in [0, {self.n_vocab}), got {int(ids.min())}..{int(ids.max())}")
+        T = ids.shape[1]
+        start = np.array([self.cache.seq_pos_max(s) + 1 for s in seq_ids])
+        positions = start[:, None] + np.arange(T)[None, :]
+        cells = self.cache.reserve(list(seq_ids), positions)
+        n_attend = int(max(self.cache.used[s] for s in seq_ids))
+        dev = self.device
+        logits = self.net(ids.to(dev), torch.as_tensor(positions, device=dev),
+                          torch.as_tensor(list(seq_ids), device=dev), torch.as_tensor(cells, device=dev),
+                          self.cache, self.rope, n_attend, last_only=not all_logits)
+        return logits if all_logits else logits[:, -1]
+
+    def eval_prompt(self, tokens: Sequence[int], seq_id: int = 0, *, all_logits: bool = False
+                    ) -> torch.Tensor:
+        """Append ``tokens`` to ``seq_id`` in chunks of ``n_batch``; logits of the last (or all)."""
+        if len(tokens) == 0:
+            raise ValueError("no tokens to evaluate")
+        chunks = [self.decode([list(tokens[i:i + self.n_batch])], [seq_id], all_logits=all_logits)
+                  for i in range(0, len(tokens), self.n_batch)]
+        return torch.cat([c[0] for c in chunks]) if all_logits else chunks[-1][0]
+
+    def logits(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Logits for every position of ``token_ids`` (no BOS added): CPU float32 ``[n, n_vocab]``.
+
+        Stateless: uses sequence 0 of the cache and clears it before and after.
+        """
+        tokens = list(token_ids)
+        if len(tokens) > self.n_ctx:
+            raise ValueError(f"{len(tokens)} tokens do not fit n_ctx = {self.n_ctx}")
+        self.cache.clear(0)
+        try:
+            return self.eval_prompt(tokens, 0, all_logits=True).cpu()
+        finally:
+            self.cache.clear(0)
+
+    def generate(self, prompt: str | Sequence[int], **kwargs: Any
+                 ) -> "GenerationResult | Iterator[str]":
+        """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``."""
+        from halter.engine.generation import generate
+        return generate(self, prompt, **kwargs)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Model({os.path.basename(self.path)!r}, arch={c.arch}, n_layer={c.n_layer}, "
+                f"n_embd={c.n_embd}, n_vocab={c.n_vocab}, n_ctx={self.n_ctx}, "
+                f"device={self.device}, dtype={self.dtype})")

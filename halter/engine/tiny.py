@@ -1,0 +1,200 @@
+"""Build tiny random-weight GGUF models: for tests, benchmarks and the no-download demo.
+
+``build_tiny_gguf`` writes a llama or qwen2 model with seeded random weights and a small
+byte-level BPE vocabulary (the 256 GPT-2 byte symbols, a few dozen merges of common English and
+JSON pairs, and BOS/EOS control tokens), in the layout llama.cpp's converter produces: llama Q/K
+rows permuted for the NORM rope, qwen2 with Q/K/V biases and tied output embeddings. Quantized
+types use ``gguf.quants.quantize`` where it can (Q4_0..Q8_0, BF16) and halter's own Q4_K encoder.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+# Merges of the tiny vocabulary, as pairs of existing tokens (GPT-2 byte symbols; "Ġ" is a space).
+TINY_MERGES: tuple[tuple[str, str], ...] = (
+    ("t", "h"), ("h", "e"), ("i", "n"), ("e", "r"), ("a", "n"), ("Ġ", "t"), ("Ġ", "a"),
+    ("Ġt", "h"), ("th", "e"), ("Ġth", "e"), ("o", "n"), ("r", "e"), ("a", "t"), ("e", "n"),
+    ("n", "d"), ("i", "s"), ("Ġ", "i"), ("Ġ", "s"), ("o", "r"), ("e", "s"), ("Ġ", "o"),
+    ("Ġ", "w"), ("Ġa", "nd"), ("in", "g"), ("o", "u"), ("Ġ", "c"), ("Ġ", "b"), ("e", "d"),
+    ("Ġ", "f"), ("Ġo", "f"), ("\"", ":"), ("\"", ","), ("{", "\""), ("\"", "}"), ("Ġ", "\""),
+    ("Ġ", "{"), ("Ġ", "["), ("Ċ", "Ġ"), ("ĊĠ", "Ġ"), ("n", "a"), ("na", "m"), ("nam", "e"),
+    ("t", "r"), ("tr", "u"), ("tru", "e"), ("f", "a"), ("fa", "l"), ("fal", "s"),
+    ("fals", "e"), ("n", "u"), ("nu", "l"), ("nul", "l"),
+)
+BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
+
+
+def gpt2_byte_symbols() -> list[str]:
+    """The 256 printable symbols GPT-2's byte-level BPE uses for bytes 0..255, in byte order."""
+    direct = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+              *range(ord("®"), ord("ÿ") + 1)]
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in direct:
+            symbols[b] = chr(b)
+        else:
+            symbols[b] = chr(256 + extra)
+            extra += 1
+    return [symbols[b] for b in range(256)]
+
+
+def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges) of the tiny byte-level BPE vocabulary."""
+    tokens = gpt2_byte_symbols()
+    known = set(tokens)
+    merges = []
+    for a, b in TINY_MERGES:
+        if a not in known or b not in known:
+            raise AssertionError(f"merge {a!r} {b!r} uses an unknown token")
+        merges.append(f"{a} {b}")
+        if a + b not in known:
+            tokens.append(a + b)
+            known.add(a + b)
+    types = [1] * len(tokens) + [3, 3]
+    return tokens + [BOS_TOKEN, EOS_TOKEN], types, merges
+
+
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """Encode float32 rows (length a multiple of 256) as Q4_K blocks: uint8 ``[rows, 144 * n/256]``.
+
+    A straightforward min/max encoder (llama.cpp searches for better scales); the point is a
+    valid Q4_K file, decoded by any reader to the same values.
+    """
+    rows = x.shape[0]
+    sub = x.astype(np.float32).reshape(-1, 8, 32)                        # blocks of 8 sub-blocks
+    lo = np.minimum(sub.min(axis=2), 0.0)
+    scale = (sub.max(axis=2) - lo) / 15.0
+    d = (scale.max(axis=1) / 63.0).astype(np.float16)
+    dmin = ((-lo).max(axis=1) / 63.0).astype(np.float16)
+    safe = lambda v: np.where(v == 0, 1.0, v.astype(np.float32))[:, None]  # noqa: E731
+    sc = np.clip(np.rint(scale / safe(d)), 0, 63).astype(np.uint8)
+    mn = np.clip(np.rint(-lo / safe(dmin)), 0, 63).astype(np.uint8)
+    step = (d.astype(np.float32)[:, None] * sc)[:, :, None]
+    offset = (dmin.astype(np.float32)[:, None] * mn)[:, :, None]
+    q = np.clip(np.rint((sub + offset) / np.where(step == 0, 1.0, step)), 0, 15).astype(np.uint8)
+    packed_scales = np.concatenate([
+        (sc[:, :4] & 63) | ((sc[:, 4:] >> 4) << 6),
+        (mn[:, :4] & 63) | ((mn[:, 4:] >> 4) << 6),
+        (sc[:, 4:] & 0x0F) | ((mn[:, 4:] & 0x0F) << 4)], axis=1)
+    qs = (q[:, 0::2] | (q[:, 1::2] << 4)).reshape(-1, 128)               # pairs of sub-blocks
+    blocks = np.concatenate([d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2),
+                             packed_scales, qs], axis=1)
+    return blocks.reshape(rows, -1)
+
+
+_BLOCK = {"Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32, "Q4_K": 256}
+
+
+def _encode(w: np.ndarray, dtype: str) -> tuple[np.ndarray, object]:
+    """(data, raw ggml type) for ``GGUFWriter.add_tensor``; rows too short fall back to Q8_0/F32."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    if w.ndim == 1 or dtype == "F32":
+        return w.astype(np.float32), None
+    if dtype == "F16":
+        return w.astype(np.float16), None
+    if dtype in _BLOCK and w.shape[-1] % _BLOCK[dtype]:
+        dtype = "Q8_0" if w.shape[-1] % 32 == 0 else "F32"   # as llama.cpp's quantizer falls back
+        return _encode(w, dtype)
+    if dtype == "Q4_K":
+        return quantize_q4_k(w), T.Q4_K
+    if dtype in ("BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
+        qtype = T[dtype]
+        return gguf.quants.quantize(w.astype(np.float32), qtype), qtype
+    raise ValueError(f"unsupported dtype {dtype!r} for the tiny builder "
+                     "(F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K)")
+
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's converter permutation of Hugging Face Q/K rows (half-split -> adjacent pairs)."""
+    head_dim = w.shape[0] // n_head
+    return (w.reshape(n_head, 2, head_dim // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_layer: int = 2,
+                    n_embd: int = 64, n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128,
+                    dtype: str = "F32", seed: int = 0, vocab: str = "bytes", n_ctx_train: int = 2048,
+                    rope_base: float = 10000.0, tied_output: bool | None = None,
+                    add_bos: bool = True) -> str:
+    """Write a random-weight ``arch`` model ("llama" or "qwen2") to ``path``; returns the path.
+
+    ``dtype`` is the type of the 2-D weights (norms stay F32). ``tied_output`` defaults to
+    False for llama and True for qwen2 (no ``output.weight``: logits use the embedding).
+    """
+    import gguf
+
+    if arch not in ("llama", "qwen2"):
+        raise ValueError(f"arch must be 'llama' or 'qwen2', not {arch!r}")
+    if vocab != "bytes":
+        raise ValueError(f"vocab must be 'bytes' (the only built-in vocabulary), not {vocab!r}")
+    if n_embd % n_head or n_head % n_head_kv or (n_embd // n_head) % 2:
+        raise ValueError("n_embd must split into n_head even-sized heads, n_head into n_head_kv groups")
+    tied = (arch == "qwen2") if tied_output is None else tied_output
+    tokens, types, merges = tiny_vocab()
+    n_vocab, head_dim = len(tokens), n_embd // n_head
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int, std: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    w = gguf.GGUFWriter(os.fspath(path), arch)
+    w.add_name(f"halter-tiny-{arch}")
+    w.add_context_length(n_ctx_train)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_freq_base(rope_base)
+    w.add_layer_norm_rms_eps(1e-5)
+    if arch == "llama":
+        w.add_rope_dimension_count(head_dim)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(0 if dtype == "F32" else 1 if dtype == "F16" else 7)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(n_vocab - 2)
+    w.add_eos_token_id(n_vocab - 1)
+    w.add_add_bos_token(add_bos)
+
+    def put(name: str, t: np.ndarray) -> None:
+        data, raw = _encode(t, dtype)
+        if raw is None:
+            w.add_tensor(name, data)
+        else:
+            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=raw)
+
+    std = n_embd ** -0.5
+    put("token_embd.weight", normal(n_vocab, n_embd, std=1.0))
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        wq, wk = normal(n_head * head_dim, n_embd, std=std), normal(n_head_kv * head_dim, n_embd, std=std)
+        if arch == "llama":
+            wq, wk = permute_qk(wq, n_head), permute_qk(wk, n_head_kv)
+        put(b + "attn_norm.weight", 1.0 + normal(n_embd, std=0.1))
+        put(b + "attn_q.weight", wq)
+        put(b + "attn_k.weight", wk)
+        put(b + "attn_v.weight", normal(n_head_kv * head_dim, n_embd, std=std))
+        if arch == "qwen2":
+            put(b + "attn_q.bias", normal(n_head * head_dim, std=0.1))
+            put(b + "attn_k.bias", normal(n_head_kv * head_dim, std=0.1))
+            put(b + "attn_v.bias", normal(n_head_kv * head_dim, std=0.1))
+        put(b + "attn_output.weight", normal(n_embd, n_head * head_dim, std=std))
+        put(b + "ffn_norm.weight", 1.0 + normal(n_embd, std=0.1))
+        put(b + "ffn_gate.weight", normal(n_ff, n_embd, std=std))
+        put(b + "ffn_up.weight", normal(n_ff, n_embd, std=std))
+        put(b + "ffn_down.weight", normal(n_embd, n_ff, std=n_ff ** -0.5))
+    put("output_norm.weight", 1.0 + normal(n_embd, std=0.1))
+    if not tied:
+        put("output.weight", normal(n_vocab, n_embd, std=std))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return os.fspath(path)

@@ -1,0 +1,118 @@
+"""The llama-family transformer in plain PyTorch: RMSNorm, rotary attention with GQA, SwiGLU.
+
+Written in the spirit of gpt-fast's ``model.py``: one small module per part, shapes noted where
+they matter. Attention reads keys and values from a ``KVCache`` (written first, then attended
+over with ``scaled_dot_product_attention`` and a mask built from the cache's positions), so a
+prompt chunk, one decode step or a batch of independent sequences are all the same call.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from halter.engine.config import ModelConfig
+from halter.engine.kv_cache import KVCache
+from halter.engine.rope import Rope
+
+
+class RMSNorm(nn.Module):
+    """``x / rms(x) * weight``, computed in float32."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * self.weight.float()).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with one fused QKV projection (biases for qwen2)."""
+
+    def __init__(self, c: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer, self.n_head, self.n_head_kv, self.head_dim = layer, c.n_head, c.n_head_kv, c.head_dim
+        q, kv = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        self.wqkv = nn.Linear(c.n_embd, q + 2 * kv, bias=c.attn_bias)
+        self.wo = nn.Linear(q, c.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
+                cache: KVCache, rows: torch.Tensor, cells: torch.Tensor, mask: torch.Tensor,
+                n_attend: int) -> torch.Tensor:
+        B, T, _ = x.shape
+        q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        q, k, v = self.wqkv(x).split([q_dim, kv_dim, kv_dim], dim=-1)
+        q = rope.apply(q.view(B, T, self.n_head, self.head_dim), cos, sin)
+        k = rope.apply(k.view(B, T, self.n_head_kv, self.head_dim), cos, sin)
+        v = v.view(B, T, self.n_head_kv, self.head_dim)
+        k_cache, v_cache = cache.k[self.layer], cache.v[self.layer]   # [S, Hkv, C, D]
+        k_cache[rows[:, None], :, cells] = k                           # indexed view: [B, T, Hkv, D]
+        v_cache[rows[:, None], :, cells] = v
+        keys = k_cache.index_select(0, rows)[:, :, :n_attend]          # [B, Hkv, L, D]
+        values = v_cache.index_select(0, rows)[:, :, :n_attend]
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
+                                           enable_gqa=self.n_head != self.n_head_kv)
+        return self.wo(y.transpose(1, 2).reshape(B, T, q_dim))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: ``w2(silu(w1 x) * w3 x)`` (w1 = gate, w3 = up, w2 = down)."""
+
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(c.n_embd, c.n_ff, bias=False)
+        self.w3 = nn.Linear(c.n_embd, c.n_ff, bias=False)
+        self.w2 = nn.Linear(c.n_ff, c.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, c: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(c.n_embd, c.norm_eps)
+        self.attention = Attention(c, layer)
+        self.ffn_norm = RMSNorm(c.n_embd, c.norm_eps)
+        self.feed_forward = FeedForward(c)
+
+    def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), *attn_args)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Transformer(nn.Module):
+    """Embeddings, ``n_layer`` blocks, final norm and output projection (possibly tied)."""
+
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.config = c
+        self.tok_embeddings = nn.Embedding(c.n_vocab, c.n_embd)
+        self.layers = nn.ModuleList(TransformerBlock(c, i) for i in range(c.n_layer))
+        self.norm = RMSNorm(c.n_embd, c.norm_eps)
+        self.output = nn.Linear(c.n_embd, c.n_vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
+                cells: torch.Tensor, cache: KVCache, rope: Rope, n_attend: int,
+                last_only: bool = False) -> torch.Tensor:
+        """Logits (float32) for ``tokens [B, T]`` at positions ``pos [B, T]`` of sequences ``rows [B]``.
+
+        ``cells [B, T]`` are the cache cells reserved for the new tokens; attention covers the
+        first ``n_attend`` cells of each row. Returns ``[B, T, n_vocab]``, or ``[B, 1, n_vocab]``
+        when ``last_only``.
+        """
+        cached_pos = cache.pos.index_select(0, rows)[:, :n_attend]                 # [B, L]
+        mask = (cached_pos[:, None, :] <= pos[:, :, None]) & (cached_pos[:, None, :] >= 0)
+        mask = mask.unsqueeze(1)                                                    # [B, 1, T, L]
+        cos, sin = rope.cos_sin(pos)
+        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)                               # [B, T, 1, D/2]
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin, rope, cache, rows, cells, mask, n_attend)
+        if last_only:
+            x = x[:, -1:]
+        return self.output(self.norm(x)).float()
