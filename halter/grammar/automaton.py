@@ -1,0 +1,406 @@
+"""Syntax tree -> one minimal byte-level DFA per rule, whose edges are byte classes, rule calls and token refs.
+
+Each rule body is a regular expression over three kinds of symbols: bytes (character classes are
+expanded to UTF-8 byte ranges), calls of other rules, and token references. It is turned into an NFA,
+determinized (rule calls are symbols, so ``x? x? x?`` or ``("a" | "a" | "aa")*`` collapse into a few
+states), minimized, and trimmed of states that can never complete. The states of all rules are then
+numbered globally: these are the grammar *positions* that token masks are precomputed for.
+Bytes are grouped into classes (bytes no rule tells apart share a class) to keep tables small.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from halter.errors import GrammarError
+from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
+                                MAX_CODE_POINT)
+from halter.grammar.utf8 import utf8_sequences
+
+EPS, BYTES, CALL, TOKEN = 0, 1, 2, 3
+MAX_INLINE_REPEAT_STATES = 4000   # bigger repetitions call an auxiliary rule instead of unrolling
+MAX_DFA_STATES = 50_000
+
+
+@dataclass
+class RuleAutomata:
+    """Global tables over all DFA states (positions) of all rules reachable from the root."""
+    rule_names: list[str]
+    root: int
+    start: list[int]                       # rule -> its start position
+    rule_of: list[int]                     # position -> rule
+    accepting: list[bool]                  # position -> the rule may end here
+    byte_next: list[list[int]]             # position -> next position per byte class (-1: none)
+    calls: list[tuple[tuple[int, int], ...]]    # position -> ((rule, position after the call), ...)
+    tokens: list[tuple[tuple[int, int], ...]]   # position -> ((token-ref index, next position), ...)
+    token_refs: list[TokenRef]
+    class_of: list[int]                    # byte -> class
+    n_classes: int
+    nullable: list[bool]                   # rule -> can match the empty string
+    has_bytes: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.has_bytes = [any(n >= 0 for n in row) for row in self.byte_next]
+
+    @property
+    def n_positions(self) -> int:
+        return len(self.rule_of)
+
+
+class _Nfa:
+    def __init__(self) -> None:
+        self.edges: list[list[tuple[int, object, int]]] = []
+
+    def new(self) -> int:
+        self.edges.append([])
+        return len(self.edges) - 1
+
+    def add(self, a: int, kind: int, label: object, b: int) -> None:
+        self.edges[a].append((kind, label, b))
+
+
+class _Builder:
+    """Builds the NFA of every rule, adding auxiliary rules for large repetitions."""
+
+    def __init__(self, rules: dict[str, Expr]) -> None:
+        self.rules = dict(rules)
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.nfas: list[tuple[_Nfa, int, int]] = []
+        self.token_refs: list[TokenRef] = []
+        self.token_index: dict[TokenRef, int] = {}
+        self._size_cache: dict[int, int] = {}
+
+    def rule_id(self, name: str) -> int:
+        if name not in self.index:
+            self.index[name] = len(self.names)
+            self.names.append(name)
+        return self.index[name]
+
+    def build_all(self, root: str) -> None:
+        self.rule_id(root)
+        i = 0
+        while i < len(self.names):            # rules are numbered as they are first referenced
+            name = self.names[i]
+            nfa = _Nfa()
+            s, e = nfa.new(), nfa.new()
+            self.nfas.append((nfa, s, e))
+            self.emit(nfa, self.rules[name], s, e, name)
+            i += 1
+
+    def size(self, expr: Expr) -> int:
+        key = id(expr)
+        if key not in self._size_cache:
+            if isinstance(expr, Literal):
+                n = len(expr.text.encode()) + 1
+            elif isinstance(expr, (CharClass, AnyChar)):
+                n = 8
+            elif isinstance(expr, Seq):
+                n = sum(self.size(i) for i in expr.items)
+            elif isinstance(expr, Alt):
+                n = sum(self.size(i) for i in expr.options) + 2
+            elif isinstance(expr, Repeat):
+                n = self.size(expr.expr) * max(expr.min, expr.max or 1, 1) + 2
+            else:
+                n = 1
+            self._size_cache[key] = n
+        return self._size_cache[key]
+
+    def emit(self, nfa: _Nfa, expr: Expr, s: int, e: int, rule: str) -> None:
+        if isinstance(expr, Literal):
+            data = expr.text.encode("utf-8", "surrogatepass")
+            cur = s
+            for i, b in enumerate(data):
+                nxt = e if i == len(data) - 1 else nfa.new()
+                nfa.add(cur, BYTES, (b, b), nxt)
+                cur = nxt
+            if not data:
+                nfa.add(s, EPS, None, e)
+        elif isinstance(expr, (CharClass, AnyChar)):
+            ranges = [(0, MAX_CODE_POINT)] if isinstance(expr, AnyChar) else expr.code_point_ranges()
+            for lo, hi in ranges:
+                for byte_seq in utf8_sequences(lo, hi):
+                    cur = s
+                    for i, rng in enumerate(byte_seq):
+                        nxt = e if i == len(byte_seq) - 1 else nfa.new()
+                        nfa.add(cur, BYTES, rng, nxt)
+                        cur = nxt
+        elif isinstance(expr, RuleRef):
+            nfa.add(s, CALL, self.rule_id(expr.name), e)
+        elif isinstance(expr, TokenRef):
+            if expr not in self.token_index:
+                self.token_index[expr] = len(self.token_refs)
+                self.token_refs.append(expr)
+            nfa.add(s, TOKEN, self.token_index[expr], e)
+        elif isinstance(expr, Seq):
+            cur = s
+            for i, item in enumerate(expr.items):
+                nxt = e if i == len(expr.items) - 1 else nfa.new()
+                self.emit(nfa, item, cur, nxt, rule)
+                cur = nxt
+        elif isinstance(expr, Alt):
+            for opt in expr.options:
+                a, b = nfa.new(), nfa.new()
+                nfa.add(s, EPS, None, a)
+                nfa.add(b, EPS, None, e)
+                self.emit(nfa, opt, a, b, rule)
+        elif isinstance(expr, Repeat):
+            self.emit_repeat(nfa, expr, s, e, rule)
+        else:
+            raise TypeError(f"unknown grammar expression {expr!r}")
+
+    def emit_repeat(self, nfa: _Nfa, rep: Repeat, s: int, e: int, rule: str) -> None:
+        inner = rep.expr
+        copies = max(rep.min, rep.max if rep.max is not None else rep.min + 1)
+        if copies > 2 and self.size(inner) * copies > MAX_INLINE_REPEAT_STATES \
+                and not isinstance(inner, RuleRef):
+            aux = f"{rule}--repeat-{len(self.rules)}"
+            self.rules[aux] = inner
+            inner = RuleRef(aux)
+        cur = s
+        for _ in range(rep.min):
+            nxt = nfa.new()
+            self.emit(nfa, inner, cur, nxt, rule)
+            cur = nxt
+        if rep.max is None:
+            loop = nfa.new()
+            nfa.add(cur, EPS, None, loop)
+            body_end = nfa.new()
+            self.emit(nfa, inner, loop, body_end, rule)
+            nfa.add(body_end, EPS, None, loop)
+            nfa.add(loop, EPS, None, e)
+        else:
+            for _ in range(rep.max - rep.min):
+                nfa.add(cur, EPS, None, e)
+                nxt = nfa.new()
+                self.emit(nfa, inner, cur, nxt, rule)
+                cur = nxt
+            nfa.add(cur, EPS, None, e)
+
+
+def _byte_classes(builders: list[tuple[_Nfa, int, int]]) -> list[int]:
+    cuts = {0, 256}
+    for nfa, _, _ in builders:
+        for edges in nfa.edges:
+            for kind, label, _t in edges:
+                if kind == BYTES:
+                    cuts.add(label[0])
+                    cuts.add(label[1] + 1)
+    bounds = sorted(cuts)
+    class_of = [0] * 256
+    for ci in range(len(bounds) - 1):
+        for b in range(bounds[ci], bounds[ci + 1]):
+            class_of[b] = ci
+    return class_of
+
+
+def _determinize(nfa: _Nfa, s: int, e: int, class_of: list[int], n_classes: int, name: str):
+    """Subset construction. Returns (accepting, byte_next, calls, tokens) per DFA state, start = 0."""
+    closure_cache: dict[int, frozenset[int]] = {}
+
+    def eclose(states) -> frozenset[int]:
+        out, stack = set(states), list(states)
+        while stack:
+            q = stack.pop()
+            for kind, _l, t in nfa.edges[q]:
+                if kind == EPS and t not in out:
+                    out.add(t)
+                    stack.append(t)
+        return frozenset(out)
+
+    start = eclose([s])
+    ids = {start: 0}
+    order = [start]
+    accepting, byte_next, calls, tokens = [], [], [], []
+    i = 0
+    while i < len(order):
+        subset = order[i]
+        i += 1
+        by_class: dict[int, set[int]] = {}
+        by_call: dict[int, set[int]] = {}
+        by_tok: dict[int, set[int]] = {}
+        for q in subset:
+            for kind, label, t in nfa.edges[q]:
+                if kind == BYTES:
+                    for c in range(class_of[label[0]], class_of[label[1]] + 1):
+                        by_class.setdefault(c, set()).add(t)
+                elif kind == CALL:
+                    by_call.setdefault(label, set()).add(t)
+                elif kind == TOKEN:
+                    by_tok.setdefault(label, set()).add(t)
+
+        def target(states: set[int]) -> int:
+            key = frozenset(states)
+            if key not in closure_cache:
+                closure_cache[key] = eclose(states)
+            sub = closure_cache[key]
+            if sub not in ids:
+                if len(order) >= MAX_DFA_STATES:
+                    raise GrammarError(f"rule '{name}' is too complex: its automaton exceeds "
+                                       f"{MAX_DFA_STATES} states; split it into smaller rules")
+                ids[sub] = len(order)
+                order.append(sub)
+            return ids[sub]
+
+        row = [-1] * n_classes
+        for c, ts in by_class.items():
+            row[c] = target(ts)
+        accepting.append(e in subset)
+        byte_next.append(row)
+        calls.append(sorted((r, target(ts)) for r, ts in by_call.items()))
+        tokens.append(sorted((k, target(ts)) for k, ts in by_tok.items()))
+    return accepting, byte_next, calls, tokens
+
+
+def _minimize(acc, byte_next, calls, tokens):
+    """Moore partition refinement; returns the same four tables over the merged states."""
+    n = len(acc)
+    block = [1 if a else 0 for a in acc]
+    n_blocks = len(set(block))
+    while True:
+        sigs: dict[tuple, int] = {}
+        new = [0] * n
+        for q in range(n):
+            sig = (block[q], tuple(block[t] if t >= 0 else -1 for t in byte_next[q]),
+                   tuple((r, block[t]) for r, t in calls[q]), tuple((k, block[t]) for k, t in tokens[q]))
+            new[q] = sigs.setdefault(sig, len(sigs))
+        if len(sigs) == n_blocks:
+            break
+        block, n_blocks = new, len(sigs)
+    block = new
+    # renumber so the start state stays 0
+    remap: dict[int, int] = {}
+    for q in range(n):
+        remap.setdefault(block[q], len(remap))
+    m = len(remap)
+    out_acc, out_bytes = [False] * m, [None] * m
+    out_calls, out_toks = [None] * m, [None] * m
+    for q in range(n):
+        b = remap[block[q]]
+        if out_bytes[b] is None:
+            out_acc[b] = acc[q]
+            out_bytes[b] = [remap[block[t]] if t >= 0 else -1 for t in byte_next[q]]
+            out_calls[b] = sorted({(r, remap[block[t]]) for r, t in calls[q]})
+            out_toks[b] = sorted({(k, remap[block[t]]) for k, t in tokens[q]})
+    return out_acc, out_bytes, out_calls, out_toks
+
+
+def build_automata(rules: dict[str, Expr], root: str) -> RuleAutomata:
+    """Compile the rules reachable from ``root`` into global position tables."""
+    b = _Builder(rules)
+    b.build_all(root)
+    class_of = _byte_classes(b.nfas)
+    n_classes = max(class_of) + 1
+    per_rule = []
+    for r, (nfa, s, e) in enumerate(b.nfas):
+        dfa = _determinize(nfa, s, e, class_of, n_classes, b.names[r])
+        per_rule.append(_minimize(*dfa))
+    per_rule = _trim(per_rule, b.names, root_id=0)
+    offsets, total = [], 0
+    for acc, *_ in per_rule:
+        offsets.append(total)
+        total += len(acc)
+    rule_of, accepting, byte_next, calls, tokens = [], [], [], [], []
+    for r, (acc, bn, cl, tk) in enumerate(per_rule):
+        off = offsets[r]
+        for q in range(len(acc)):
+            rule_of.append(r)
+            accepting.append(acc[q])
+            byte_next.append([t + off if t >= 0 else -1 for t in bn[q]])
+            calls.append(tuple((rr, t + off) for rr, t in cl[q]))
+            tokens.append(tuple((k, t + off) for k, t in tk[q]))
+    nullable = _nullable(per_rule)
+    return RuleAutomata(rule_names=b.names, root=0, start=offsets, rule_of=rule_of, accepting=accepting,
+                        byte_next=byte_next, calls=calls, tokens=tokens, token_refs=b.token_refs,
+                        class_of=class_of, n_classes=n_classes, nullable=nullable)
+
+
+def _nullable(per_rule) -> list[bool]:
+    nullable = [False] * len(per_rule)
+    changed = True
+    while changed:
+        changed = False
+        for r, (acc, _bn, cl, _tk) in enumerate(per_rule):
+            if nullable[r]:
+                continue
+            seen, stack = {0}, [0]
+            while stack:
+                q = stack.pop()
+                if acc[q]:
+                    nullable[r] = changed = True
+                    break
+                for rr, t in cl[q]:
+                    if nullable[rr] and t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+    return nullable
+
+
+def _trim(per_rule, names, root_id: int):
+    """Drop calls to rules that can never complete and states that cannot reach the rule's end."""
+    n = len(per_rule)
+    productive = [False] * n
+    changed = True
+    while changed:
+        changed = False
+        for r in range(n):
+            if not productive[r] and _can_finish(per_rule[r], productive):
+                productive[r] = changed = True
+    if not productive[root_id]:
+        raise GrammarError(f"the grammar can never match: rule '{names[root_id]}' has no finite "
+                           f"derivation (check for recursion without a base case)", 1, 1)
+    out = []
+    for r, (acc, bn, cl, tk) in enumerate(per_rule):
+        cl = [[(rr, t) for rr, t in row if productive[rr]] for row in cl]
+        m = len(acc)
+        # live = can reach an accepting state
+        rev: list[set[int]] = [set() for _ in range(m)]
+        for q in range(m):
+            for t in bn[q]:
+                if t >= 0:
+                    rev[t].add(q)
+            for _rr, t in cl[q]:
+                rev[t].add(q)
+            for _k, t in tk[q]:
+                rev[t].add(q)
+        live = {q for q in range(m) if acc[q]}
+        stack = list(live)
+        while stack:
+            q = stack.pop()
+            for p in rev[q]:
+                if p not in live:
+                    live.add(p)
+                    stack.append(p)
+        if 0 not in live:           # an unproductive rule: keep one inert state so numbering holds
+            out.append(([False], [[-1] * len(bn[0])], [[]], [[]]))
+            continue
+        # reachable from start through live states only
+        reach, stack = {0}, [0]
+        while stack:
+            q = stack.pop()
+            succ = [t for t in bn[q] if t >= 0] + [t for _, t in cl[q]] + [t for _, t in tk[q]]
+            for t in succ:
+                if t in live and t not in reach:
+                    reach.add(t)
+                    stack.append(t)
+        order = sorted(reach)
+        new = {q: i for i, q in enumerate(order)}
+        out.append(([acc[q] for q in order],
+                    [[new.get(t, -1) if t >= 0 else -1 for t in bn[q]] for q in order],
+                    [[(rr, new[t]) for rr, t in cl[q] if t in new] for q in order],
+                    [[(k, new[t]) for k, t in tk[q] if t in new] for q in order]))
+    return out
+
+
+def _can_finish(dfa, productive) -> bool:
+    acc, bn, cl, tk = dfa
+    seen, stack = {0}, [0]
+    while stack:
+        q = stack.pop()
+        if acc[q]:
+            return True
+        succ = [t for t in bn[q] if t >= 0] + [t for rr, t in cl[q] if productive[rr]] + [t for _, t in tk[q]]
+        for t in succ:
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return False

@@ -1,0 +1,241 @@
+"""``CompiledGrammar``: a grammar's precomputed token tables for one vocabulary, with an on-disk cache.
+
+Compiling walks the token trie once per grammar position (see ``masks``). The result depends only on
+the grammar and the vocabulary, so it is saved under ``$HALTER_CACHE_DIR`` (default
+``~/.cache/halter``) keyed by both, and the second compile of the same pair just loads arrays.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from halter.errors import GrammarError
+from halter.grammar.masks import TransitionTable, pack_bits, walk_subtrees, walk_trie
+from halter.grammar.parser_state import BOTTOM_ID, OPAQUE_ID, Node
+from halter.grammar.trie import TokenTrie
+
+if TYPE_CHECKING:
+    from halter.grammar.grammar import Grammar
+    from halter.grammar.token_matcher import TokenMatcher
+    from halter.grammar.vocab import Vocabulary
+
+CACHE_VERSION = "1"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HALTER_CACHE_DIR") or Path.home() / ".cache" / "halter")
+
+
+class CompiledGrammar:
+    """A grammar compiled for a vocabulary: per-position accepted masks and escaping tokens."""
+
+    def __init__(self, grammar: "Grammar", vocab: "Vocabulary") -> None:
+        self.grammar = grammar
+        self.vocab = vocab
+        self.vocab_size = vocab.size
+        self.n_words = (vocab.size + 31) // 32
+        self.space = grammar._space
+        a = self.space.a
+        if not hasattr(self.space, "table"):
+            self.space.table = TransitionTable(self.space)
+        self.table: TransitionTable = self.space.table
+        eog = np.zeros(vocab.size, dtype=bool)
+        eog[[i for i in vocab.eog_ids if i < vocab.size]] = True
+        special = np.zeros(vocab.size, dtype=bool)
+        special[[i for i in vocab.special_ids if i < vocab.size]] = True
+        self.eog_mask = eog
+        self.eog_bits = pack_bits(eog)
+        self.text_token = ~(eog | special)
+        self.token_ref_ids, self.token_ref_bits = self._resolve_token_refs(a.token_refs, eog)
+        self.trie = TokenTrie(vocab.token_bytes, self.text_token)
+        n_pos = a.n_positions
+        self.acc_bits = np.zeros((n_pos, self.n_words), dtype=np.uint32)
+        self.esc_start = np.zeros(n_pos + 1, dtype=np.int64)
+        self.esc_nodes = np.zeros(0, dtype=np.int64)
+        self._mask_memo: dict[int, np.ndarray] = {}
+        self._esc_memo: dict[tuple[int, int], np.ndarray] = {}
+        self._sub_memo: dict[tuple[int, int], np.ndarray] = {}
+        self._in_progress: set[int] = set()
+        self._tainted = False
+        self.compile_seconds = 0.0
+        self.from_cache = False
+
+    # -- building ----------------------------------------------------------------------------
+    def _resolve_token_refs(self, refs, eog: np.ndarray):
+        ids, bits = [], []
+        for ref in refs:
+            if ref.token_id is not None:
+                tid = ref.token_id
+                if not 0 <= tid < self.vocab_size:
+                    raise GrammarError(f"token reference <[{tid}]> is outside the vocabulary "
+                                       f"(size {self.vocab_size})")
+            else:
+                tid = self.vocab.find_token(ref.text)
+                if tid is None:
+                    raise GrammarError(f"token reference {ref.text} is not a single token of this vocabulary")
+            mask = np.zeros(self.vocab_size, dtype=bool)
+            if ref.negated:
+                mask[:] = ~eog
+                mask[tid] = False
+            else:
+                mask[tid] = True
+            ids.append((tid, ref.negated))
+            bits.append(pack_bits(mask))
+        return ids, bits
+
+    def _precompute(self, progress: bool | None) -> None:
+        a, space = self.space.a, self.space
+        positions = [d for d in range(a.n_positions) if a.has_bytes[d]]
+        t0 = time.perf_counter()
+        nodes_all = []
+        counts = np.zeros(a.n_positions, dtype=np.int64)
+        shown = False
+        for i, d in enumerate(positions):
+            row_ok, esc_nodes = walk_trie(self.table, self.trie, space.opaque_node(d))
+            self.acc_bits[d] = pack_bits(self.trie.rows_to_tokens(row_ok))
+            nodes_all.append(esc_nodes)
+            counts[d] = len(esc_nodes)
+            elapsed = time.perf_counter() - t0
+            if progress or (progress is None and elapsed > 1.0):
+                end = "\n" if i == len(positions) - 1 else "\r"
+                print(f"halter: compiling grammar for {self.vocab_size} tokens: "
+                      f"{i + 1}/{len(positions)} positions, {elapsed:.1f}s", end=end, file=sys.stderr)
+                shown = True
+        if shown and positions and not progress:
+            sys.stderr.flush()
+        np.cumsum(counts, out=self.esc_start[1:])
+        self.esc_nodes = np.concatenate(nodes_all) if nodes_all else np.zeros(0, dtype=np.int64)
+
+    # -- masks at run time -------------------------------------------------------------------
+    def node_bits(self, node: Node) -> np.ndarray:
+        """The packed mask (uint32 words) of tokens the grammar allows from ``node`` (memoised)."""
+        bits = self._mask_memo.get(node.id)
+        if bits is not None:
+            return bits
+        outer = not self._in_progress
+        if outer:
+            self._tainted = False
+        self._in_progress.add(node.id)
+        try:
+            bits = self._compute_bits(node)
+        finally:
+            self._in_progress.discard(node.id)
+        if outer or not self._tainted:
+            self._mask_memo[node.id] = bits
+        return bits
+
+    def _compute_bits(self, node: Node) -> np.ndarray:
+        a = self.space.a
+        ds = [d for d, _ in node.scan]
+        bits = np.bitwise_or.reduce(self.acc_bits[ds], axis=0) if ds else np.zeros(self.n_words, np.uint32)
+        for d, ctx in node.scan:
+            if self.esc_start[d + 1] > self.esc_start[d] or a.accepting[d]:
+                bits = bits | self._escape_bits(d, ctx)
+        for d, _ctx in node.tok:
+            for k, _t in a.tokens[d]:
+                bits = bits | self.token_ref_bits[k]
+        if node.accepting:
+            bits = bits | self.eog_bits
+        return bits
+
+    def _escape_bits(self, d: int, ctx) -> np.ndarray:
+        key = (d, ctx.id)
+        bits = self._esc_memo.get(key)
+        if bits is not None:
+            return bits
+        if ctx.id in (BOTTOM_ID, OPAQUE_ID):
+            bits = np.zeros(self.n_words, np.uint32)    # nothing can follow the end of the root
+        else:
+            ret = self.space.return_node(ctx)
+            bits = np.zeros(self.n_words, np.uint32)
+            if self.space.a.accepting[d] and ret.id != 0:
+                if ret.id in self._in_progress:
+                    self._tainted = True             # a cycle: its share arrives through the outer call
+                else:
+                    bits = bits | self.node_bits(ret)
+            if ret.id != 0:
+                for n in self.esc_nodes[self.esc_start[d]:self.esc_start[d + 1]].tolist():
+                    bits = bits | self._subtree_bits(n, ret)
+        if not self._tainted:
+            self._esc_memo[key] = bits
+        return bits
+
+    def _subtree_bits(self, trie_node: int, start: Node) -> np.ndarray:
+        """Tokens under ``trie_node`` whose bytes below it can be read from ``start`` (memoised)."""
+        key = (trie_node, start.id)
+        bits = self._sub_memo.get(key)
+        if bits is None:
+            rows = walk_subtrees(self.table, self.trie, start, np.array([trie_node]))
+            bits = self._sub_memo[key] = pack_bits(self.trie.rows_to_tokens(rows))
+        return bits
+
+    def matcher(self) -> "TokenMatcher":
+        """A fresh token matcher at the start of the grammar."""
+        from halter.grammar.token_matcher import TokenMatcher
+        return TokenMatcher(self)
+
+    # -- persistence -------------------------------------------------------------------------
+    def cache_key(self) -> str:
+        h = hashlib.sha256()
+        for part in (CACHE_VERSION, self.grammar.root, str(self.grammar), self.vocab.fingerprint()):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:32]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the precomputed tables to ``path`` (a ``.npz`` file)."""
+        tmp = Path(str(path) + f".tmp{os.getpid()}")
+        with open(tmp, "wb") as f:
+            np.savez(f, acc_bits=self.acc_bits, esc_start=self.esc_start, esc_nodes=self.esc_nodes,
+                     key=np.array(self.cache_key()))
+        os.replace(tmp, path)
+
+    def _load_tables(self, path: str | os.PathLike) -> bool:
+        try:
+            with np.load(path) as z:
+                if str(z["key"]) != self.cache_key() or z["acc_bits"].shape != self.acc_bits.shape:
+                    return False
+                self.acc_bits, self.esc_start = z["acc_bits"], z["esc_start"]
+                self.esc_nodes = z["esc_nodes"]
+            return True
+        except (OSError, KeyError, ValueError):
+            return False
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, grammar: "Grammar", vocab: "Vocabulary") -> "CompiledGrammar":
+        """Load tables saved by ``save`` for the same grammar and vocabulary."""
+        cg = cls(grammar, vocab)
+        if not cg._load_tables(path):
+            raise GrammarError(f"{path} does not hold tables for this grammar and vocabulary")
+        cg.from_cache = True
+        return cg
+
+    def __repr__(self) -> str:
+        return (f"<CompiledGrammar positions={self.space.a.n_positions} vocab={self.vocab_size} "
+                f"escapes={len(self.esc_nodes)} {'cached' if self.from_cache else 'fresh'} "
+                f"{self.compile_seconds * 1000:.0f}ms>")
+
+
+def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True,
+                    progress: bool | None = None) -> CompiledGrammar:
+    t0 = time.perf_counter()
+    cg = CompiledGrammar(grammar, vocab)
+    path = cache_dir() / f"{cg.cache_key()}.npz"
+    if cache and path.exists() and cg._load_tables(path):
+        cg.from_cache = True
+    else:
+        cg._precompute(progress)
+        if cache:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                cg.save(path)
+            except OSError:
+                pass                               # a read-only home must not break compiling
+    cg.compile_seconds = time.perf_counter() - t0
+    return cg

@@ -1,0 +1,98 @@
+"""``Grammar``: a parsed, checked grammar; the entry point from GBNF, JSON Schema, regex or Python types."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from halter.errors import GrammarError
+from halter.grammar.ast import Expr, RuleSet, format_grammar, has_token_refs
+from halter.grammar.automaton import RuleAutomata, build_automata
+from halter.grammar.gbnf_parser import check_references, parse_gbnf
+from halter.grammar.matcher import GrammarMatcher
+from halter.grammar.parser_state import StateSpace
+
+if TYPE_CHECKING:
+    from halter.grammar.compiled import CompiledGrammar
+    from halter.grammar.vocab import Vocabulary
+
+
+class Grammar:
+    """A context-free grammar ready to match text or be compiled for a vocabulary.
+
+    Build one with ``Grammar.from_gbnf(text)`` (or ``from_json_schema``, ``from_regex``,
+    ``from_pydantic``, ``from_type``). ``str(grammar)`` is normalized GBNF.
+    """
+
+    def __init__(self, rules: dict[str, Expr], root: str = "root", *, _text: str | None = None) -> None:
+        rs = RuleSet(dict(rules))
+        check_references(rs, root, _text)
+        self.rules: dict[str, Expr] = rs.rules
+        self.root = root
+        try:
+            self._automata: RuleAutomata = build_automata(self.rules, root)
+        except GrammarError as err:
+            if err.line is None or _text is None:
+                raise
+            raise GrammarError(err.message, err.line, err.column, _text) from None
+        self._space = StateSpace(self._automata)
+        self._has_token_refs = any(has_token_refs(self.rules[n]) for n in self._automata.rule_names
+                                   if n in self.rules)
+
+    # -- constructors ------------------------------------------------------------------------
+    @classmethod
+    def from_gbnf(cls, text: str, root: str = "root") -> "Grammar":
+        """Parse llama.cpp GBNF; raise ``GrammarError`` (with ``.line``/``.column``) on bad input."""
+        rs = parse_gbnf(text)
+        check_references(rs, root, text)
+        return cls(rs.rules, root, _text=text)
+
+    @classmethod
+    def from_json_schema(cls, schema: Any, **options: Any) -> "Grammar":
+        """A grammar accepting exactly the JSON texts valid under ``schema`` (see ``json_schema_to_gbnf``)."""
+        from halter.schemas import json_schema_to_gbnf
+        return cls.from_gbnf(json_schema_to_gbnf(schema, **options))
+
+    @classmethod
+    def from_regex(cls, pattern: str, **options: Any) -> "Grammar":
+        """A grammar accepting exactly the strings that fully match ``pattern``."""
+        from halter.schemas import regex_to_gbnf
+        return cls.from_gbnf(regex_to_gbnf(pattern, **options))
+
+    @classmethod
+    def from_pydantic(cls, model: type, **options: Any) -> "Grammar":
+        """A grammar for the JSON form of a Pydantic model class."""
+        from halter.schemas import pydantic_to_json_schema
+        return cls.from_json_schema(pydantic_to_json_schema(model), **options)
+
+    @classmethod
+    def from_type(cls, tp: Any, **options: Any) -> "Grammar":
+        """A grammar for the JSON form of a Python type (``int``, ``list[str]``, ``Literal[...]``, ...)."""
+        from halter.schemas import type_to_json_schema
+        return cls.from_json_schema(type_to_json_schema(tp), **options)
+
+    # -- matching ----------------------------------------------------------------------------
+    def matcher(self) -> GrammarMatcher:
+        """A fresh character matcher at the start of the grammar."""
+        if self._has_token_refs:
+            raise GrammarError("this grammar uses token references (<[id]>, <text>), which match tokens, "
+                               "not text: compile it for a vocabulary (grammar.compile(vocab)) and use "
+                               "the token matcher")
+        return GrammarMatcher(self._space)
+
+    def matches(self, text: str | bytes) -> bool:
+        """True when the whole of ``text`` matches the root rule."""
+        m = self.matcher()
+        data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+        return m.accept_bytes(data) and m.is_accepting()
+
+    def compile(self, vocab: "Vocabulary", *, cache: bool = True, progress: bool | None = None) -> "CompiledGrammar":
+        """Precompute token masks for ``vocab``; cached on disk by grammar and vocabulary."""
+        from halter.grammar.compiled import compile_grammar
+        return compile_grammar(self, vocab, cache=cache, progress=progress)
+
+    # -- presentation ------------------------------------------------------------------------
+    def __str__(self) -> str:
+        return format_grammar(self.rules)
+
+    def __repr__(self) -> str:
+        return (f"<Grammar root={self.root!r} rules={len(self.rules)} "
+                f"positions={self._automata.n_positions}>")

@@ -1,0 +1,74 @@
+"""The character matcher: feed text or bytes, ask whether the input so far may end here, roll back."""
+from __future__ import annotations
+
+from halter.grammar.parser_state import Node, StateSpace
+
+
+class GrammarMatcher:
+    """Incremental matcher over one grammar's parser states.
+
+    ``accept_bytes``/``accept_text`` are atomic: on ``False`` the state is exactly as before. Input is
+    bytes at heart, so a UTF-8 character split across calls works, and invalid UTF-8 is rejected.
+    Copies are cheap (the state is one interned node plus a history list for ``rollback``).
+    """
+
+    __slots__ = ("_space", "_node", "_history")
+
+    def __init__(self, space: StateSpace, node: Node | None = None) -> None:
+        self._space = space
+        self._node = space.initial if node is None else node
+        self._history: list[Node] = []
+
+    def accept_bytes(self, data: bytes) -> bool:
+        """Consume ``data``; return False (and change nothing) if the grammar cannot read it."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"accept_bytes takes bytes, not {type(data).__name__}")
+        nxt = self._space.step_bytes(self._node, bytes(data))
+        if nxt.id == 0:
+            return False
+        if data:
+            self._history.append(self._node)
+            self._node = nxt
+        return True
+
+    def accept_text(self, text: str) -> bool:
+        """Consume ``text`` (encoded as UTF-8); atomic like ``accept_bytes``."""
+        return self.accept_bytes(text.encode("utf-8", "surrogatepass"))
+
+    def is_accepting(self) -> bool:
+        """True when the input so far is a complete match of the root rule."""
+        return self._node.accepting
+
+    def can_continue(self) -> bool:
+        """True when some more input could still be accepted."""
+        return bool(self._node.scan or self._node.tok)
+
+    def rollback(self, n_calls: int = 1) -> None:
+        """Undo the last ``n_calls`` successful non-empty ``accept_*`` calls."""
+        if n_calls < 0 or n_calls > len(self._history):
+            raise ValueError(f"cannot roll back {n_calls} steps: only {len(self._history)} in history")
+        for _ in range(n_calls):
+            self._node = self._history.pop()
+
+    def copy(self) -> "GrammarMatcher":
+        m = GrammarMatcher(self._space, self._node)
+        m._history = list(self._history)
+        return m
+
+    def reset(self) -> None:
+        self._node = self._space.initial
+        self._history.clear()
+
+    def first_failure(self, data: bytes) -> int | None:
+        """Byte offset of the first byte of ``data`` the grammar rejects from here (None if all pass)."""
+        node = self._node
+        for i, b in enumerate(data):
+            node = self._space.step_byte(node, b)
+            if node.id == 0:
+                return i
+        return None
+
+    @property
+    def state_id(self) -> int:
+        """A canonical id of the current state: equal ids mean identical futures."""
+        return self._node.id

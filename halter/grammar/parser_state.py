@@ -1,0 +1,221 @@
+"""Parser states: Earley item sets over rule automata, hash-consed so that equal states are one object.
+
+An *item* is ``(position, context)``: a place inside one rule's DFA, and what happens when that rule
+ends. A *context* (``Ctx``) is the set of places to return to — ``(position after the call, context
+of the caller)`` pairs — so contexts form a graph-structured stack. Contexts are interned by their
+meaning, not by where they were created, so ambiguous grammars (``x? x? x? ...``, ``(a | a | aa)*``,
+left recursion) keep a state whose size is bounded by the grammar, not by the input.
+
+A *node* (``Node``) is a whole parser state: the items that can still read a byte or a token, plus
+two flags: ``accepting`` (the root may end here) and ``escaped`` (a rule started with the special
+``OPAQUE`` context has ended here: used to precompute token masks per position without knowing the
+stack). Nodes are interned too, so a node is its own canonical key and transitions are memoised per
+(node, byte class): once warm, reading a byte is one list lookup.
+"""
+from __future__ import annotations
+
+from halter.grammar.automaton import RuleAutomata
+
+
+class Ctx:
+    """A return context: ``returns`` are the items to add when the rule called in this context ends."""
+    __slots__ = ("id", "returns")
+
+    def __init__(self, cid: int, returns: tuple = ()) -> None:
+        self.id = cid
+        self.returns = returns
+
+    def __repr__(self) -> str:
+        return f"Ctx({self.id})"
+
+
+class Node:
+    """An interned parser state. ``scan`` items can read bytes, ``tok`` items can read token refs."""
+    __slots__ = ("id", "scan", "tok", "accepting", "escaped", "next", "mask")
+
+    def __init__(self, nid: int, scan: tuple, tok: tuple, accepting: bool, escaped: bool,
+                 n_classes: int) -> None:
+        self.id = nid
+        self.scan = scan            # ((position, Ctx), ...)
+        self.tok = tok              # ((position, Ctx), ...)
+        self.accepting = accepting
+        self.escaped = escaped
+        self.next: list = [None] * n_classes   # byte class -> Node (memoised transitions)
+        self.mask = None            # memoised token bitmask (set by the token side)
+
+    @property
+    def dead(self) -> bool:
+        return self.id == 0
+
+    def __repr__(self) -> str:
+        return f"Node({self.id}, items={len(self.scan) + len(self.tok)}, accepting={self.accepting})"
+
+
+BOTTOM_ID, OPAQUE_ID = 0, 1
+
+
+class StateSpace:
+    """Builds, interns and steps parser states for one compiled grammar."""
+
+    def __init__(self, automata: RuleAutomata) -> None:
+        self.a = automata
+        self.bottom = Ctx(BOTTOM_ID)
+        self.opaque = Ctx(OPAQUE_ID)
+        self._ctx_table: dict[object, Ctx] = {}
+        self._node_table: dict[object, Node] = {}
+        self.nodes: list[Node] = []
+        self.dead = self._make_node((), (), False, False)
+        self.class_of = automata.class_of
+        self._ret_nodes: dict[int, Node] = {}
+        self.initial = self.closure([(automata.start[automata.root], self.bottom)])
+
+    # -- interning ---------------------------------------------------------------------------
+    def _make_node(self, scan: tuple, tok: tuple, accepting: bool, escaped: bool) -> Node:
+        key = (frozenset((d, c.id) for d, c in scan), frozenset((d, c.id) for d, c in tok),
+               accepting, escaped)
+        node = self._node_table.get(key)
+        if node is None:
+            node = Node(len(self.nodes), scan, tok, accepting, escaped, self.a.n_classes)
+            self._node_table[key] = node
+            self.nodes.append(node)
+        return node
+
+    def closure(self, kernel) -> Node:
+        """The interned node for the Earley closure (predict + complete) of ``kernel`` items.
+
+        Kernel items carry real ``Ctx`` objects; rules predicted here get *local* contexts, written as
+        the rule's int index until the closure is done, then interned by meaning.
+        """
+        a = self.a
+        calls, accepting_pos, nullable, start = a.calls, a.accepting, a.nullable, a.start
+        seen: set = set()
+        waiting: dict[int, set] = {}
+        work = list(kernel)
+        root_done = escaped = False
+        while work:
+            item = work.pop()
+            if item in seen:
+                continue
+            seen.add(item)
+            d, ref = item
+            for rule, after in calls[d]:
+                w = waiting.get(rule)
+                if w is None:
+                    w = waiting[rule] = set()
+                    work.append((start[rule], rule))
+                ret = (after, ref)
+                if ret not in w:
+                    w.add(ret)
+                    if nullable[rule]:
+                        work.append(ret)
+            if accepting_pos[d]:
+                if type(ref) is int:
+                    pass                       # an empty match of a rule predicted here: see nullable above
+                elif ref.id == BOTTOM_ID:
+                    root_done = True
+                elif ref.id == OPAQUE_ID:
+                    escaped = True
+                else:
+                    work.extend(ref.returns)
+        has_bytes, tokens = a.has_bytes, a.tokens
+        scan_raw = [it for it in seen if has_bytes[it[0]]]
+        tok_raw = [it for it in seen if tokens[it[0]]]
+        if not scan_raw and not tok_raw and not root_done and not escaped:
+            return self.dead
+        resolve = self._resolver(waiting, scan_raw, tok_raw)
+        scan = tuple(sorted(((d, resolve(r)) for d, r in scan_raw), key=lambda x: (x[0], x[1].id)))
+        tok = tuple(sorted(((d, resolve(r)) for d, r in tok_raw), key=lambda x: (x[0], x[1].id)))
+        return self._make_node(scan, tok, root_done, escaped)
+
+    def _resolver(self, waiting: dict[int, set], scan_raw: list, tok_raw: list):
+        """Intern the local contexts the kept items need; return ref -> Ctx."""
+        needed: list[int] = []
+        seen_rules: set[int] = set()
+        stack = [r for _, r in scan_raw if type(r) is int] + [r for _, r in tok_raw if type(r) is int]
+        while stack:
+            r = stack.pop()
+            if r in seen_rules:
+                continue
+            seen_rules.add(r)
+            needed.append(r)
+            stack.extend(ref for _, ref in waiting[r] if type(ref) is int)
+        if not needed:
+            return lambda ref: ref
+
+        def enc(ref) -> int:
+            return ~ref if type(ref) is int else ref.id
+
+        local_sig = {r: frozenset((after, enc(ref)) for after, ref in waiting[r]) for r in needed}
+        resolved: dict[int, Ctx] = {}
+        fresh: list[int] = []
+        for r in needed:
+            reach, stack2 = set(), [r]
+            while stack2:
+                x = stack2.pop()
+                if x in reach:
+                    continue
+                reach.add(x)
+                stack2.extend(ref for _, ref in waiting[x] if type(ref) is int)
+            key = (r, frozenset((x, local_sig[x]) for x in reach))
+            ctx = self._ctx_table.get(key)
+            if ctx is None:
+                ctx = Ctx(len(self._ctx_table) + 2)
+                self._ctx_table[key] = ctx
+                fresh.append(r)
+            resolved[r] = ctx
+        for r in fresh:
+            resolved[r].returns = tuple((after, resolved[ref] if type(ref) is int else ref)
+                                        for after, ref in waiting[r])
+        return lambda ref: resolved[ref] if type(ref) is int else ref
+
+    # -- stepping ----------------------------------------------------------------------------
+    def step_class(self, node: Node, cls: int) -> Node:
+        """The node after reading one byte of class ``cls`` (memoised)."""
+        nxt = node.next[cls]
+        if nxt is None:
+            byte_next = self.a.byte_next
+            kernel = []
+            for d, c in node.scan:
+                t = byte_next[d][cls]
+                if t >= 0:
+                    kernel.append((t, c))
+            nxt = self.closure(kernel) if kernel else self.dead
+            node.next[cls] = nxt
+        return nxt
+
+    def step_byte(self, node: Node, byte: int) -> Node:
+        nxt = node.next[self.class_of[byte]]
+        return nxt if nxt is not None else self.step_class(node, self.class_of[byte])
+
+    def step_bytes(self, node: Node, data: bytes) -> Node:
+        class_of = self.class_of
+        for b in data:
+            cls = class_of[b]
+            nxt = node.next[cls]
+            node = nxt if nxt is not None else self.step_class(node, cls)
+            if node.id == 0:
+                break
+        return node
+
+    def step_token_ref(self, node: Node, matches) -> Node:
+        """The node after consuming a whole token through token-reference edges (``matches(k)``)."""
+        kernel = [(t, c) for d, c in node.tok for k, t in self.a.tokens[d] if matches(k)]
+        return self.closure(kernel) if kernel else self.dead
+
+    def opaque_node(self, position: int) -> Node:
+        """The node for ``position`` with an unknown caller: where per-position masks start."""
+        return self.closure([(position, self.opaque)])
+
+    def return_node(self, ctx: Ctx) -> Node:
+        """The node right after a rule called in ``ctx`` ends (its callers advanced)."""
+        node = self._ret_nodes.get(ctx.id)
+        if node is None:
+            node = self.closure(list(ctx.returns)) if ctx.returns else self.dead
+            self._ret_nodes[ctx.id] = node
+        return node
+
+    def live_bytes(self, node: Node) -> list[int]:
+        """Bytes that do not kill the parse from ``node``."""
+        class_of = self.class_of
+        live_cls = {c for c in range(self.a.n_classes) if self.step_class(node, c).id != 0}
+        return [b for b in range(256) if class_of[b] in live_cls]

@@ -1,0 +1,108 @@
+"""The token trie: every distinct token byte string, as flat numpy arrays walked one level at a time.
+
+Rows are the distinct non-empty token byte strings in sorted order; trie nodes are numbered level by
+level (all depth-1 nodes, then depth-2, ...), and within a level in row order, so the children of a
+node are contiguous and the rows under a node are a contiguous range ``[row_lo, row_hi)``.
+Everything is built with numpy operations per level, never a Python loop over tokens per level.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class TokenTrie:
+    """Flat trie over the text tokens of a vocabulary (special, end-of-generation and empty ones left out)."""
+
+    def __init__(self, token_bytes: list[bytes], include: np.ndarray) -> None:
+        n_vocab = len(token_bytes)
+        ids = [i for i in np.flatnonzero(include) if token_bytes[i]]
+        uniq = sorted({token_bytes[i] for i in ids})
+        self.n_vocab = n_vocab
+        self.n_rows = len(uniq)
+        row_index = {b: r for r, b in enumerate(uniq)}
+        self.row_of_token = np.full(n_vocab, -1, dtype=np.int64)
+        for i in ids:
+            self.row_of_token[i] = row_index[token_bytes[i]]
+        lens = np.fromiter((len(b) for b in uniq), dtype=np.int64, count=len(uniq))
+        self.row_len = lens
+        self.row_off = np.zeros(len(uniq) + 1, dtype=np.int64)
+        np.cumsum(lens, out=self.row_off[1:])
+        self.flat = np.frombuffer(b"".join(uniq), dtype=np.uint8)
+        self._build_levels()
+
+    def _build_levels(self) -> None:
+        lens, n = self.row_len, self.n_rows
+        max_len = int(lens.max()) if n else 0
+        parents, bytes_, lo_list, hi_list, depth_list = [], [], [], [], []
+        self.level_start = [0]
+        node_of_row = np.zeros(n, dtype=np.int64) - 1      # node of each row at the previous depth
+        same = np.zeros(n, dtype=bool)                      # row shares its prefix with the row before
+        total = 0
+        self.row_end_node = np.full(n, -1, dtype=np.int64)
+        for j in range(max_len):
+            active = np.flatnonzero(lens > j)
+            col = self.flat[self.row_off[active] + j]
+            if j == 0:
+                same_a = np.ones(len(active), dtype=bool)
+            else:
+                prev_ok = np.zeros(len(active), dtype=bool)
+                prev_ok[1:] = active[:-1] == active[1:] - 1      # row before is active too
+                same_a = same[active] & prev_ok
+            same_a[1:] &= col[1:] == col[:-1]
+            same_a[0] = False
+            same[:] = False
+            same[active] = same_a
+            starts = np.flatnonzero(~same_a)
+            run_id = np.cumsum(~same_a) - 1
+            nodes = total + run_id
+            n_new = len(starts)
+            parents.append(node_of_row[active[starts]] if j > 0 else np.full(n_new, -1, dtype=np.int64))
+            bytes_.append(col[starts])
+            lo_list.append(active[starts])
+            ends = np.append(starts[1:], len(active)) - 1
+            hi_list.append(active[ends] + 1)
+            depth_list.append(np.full(n_new, j + 1, dtype=np.int64))
+            node_of_row[:] = -1
+            node_of_row[active] = nodes
+            ending = active[lens[active] == j + 1]
+            self.row_end_node[ending] = node_of_row[ending]
+            total += n_new
+            self.level_start.append(total)
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt))
+        self.parent = cat(parents, np.int64)
+        self.byte = cat(bytes_, np.uint8)
+        self.row_lo = cat(lo_list, np.int64)
+        self.row_hi = cat(hi_list, np.int64)
+        self.depth = cat(depth_list, np.int64)
+        self.n_nodes = total
+        # children of each node: contiguous in the next level
+        self.child_lo = np.zeros(total, dtype=np.int64)
+        self.child_hi = np.zeros(total, dtype=np.int64)
+        if total:
+            has_parent = self.parent >= 0
+            kids = np.flatnonzero(has_parent)
+            par = self.parent[kids]
+            # kids are sorted by parent within each level, so first/last occurrences give the ranges
+            first = np.ones(len(kids), dtype=bool)
+            first[1:] = par[1:] != par[:-1]
+            last = np.ones(len(kids), dtype=bool)
+            last[:-1] = par[1:] != par[:-1]
+            self.child_lo[par[first]] = kids[first]
+            self.child_hi[par[last]] = kids[last] + 1
+
+    def children_of(self, nodes: np.ndarray) -> np.ndarray:
+        """All children of ``nodes`` (a sorted array), as one array."""
+        lo, hi = self.child_lo[nodes], self.child_hi[nodes]
+        counts = hi - lo
+        total = int(counts.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.int64)
+        starts = np.repeat(lo - np.cumsum(counts) + counts, counts)
+        return starts + np.arange(total, dtype=np.int64)
+
+    def rows_to_tokens(self, row_mask: np.ndarray) -> np.ndarray:
+        """A bool mask over rows -> a bool mask over token ids."""
+        out = np.zeros(self.n_vocab, dtype=bool)
+        in_trie = self.row_of_token >= 0
+        out[in_trie] = row_mask[self.row_of_token[in_trie]]
+        return out
