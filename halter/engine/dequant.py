@@ -149,8 +149,14 @@ _BLOCK_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 def type_name(ggml_type: int) -> str:
-    """The ggml type's name, e.g. ``"Q4_K"``, or ``"type <id>"`` when halter does not know it."""
-    return GGML_TYPES[ggml_type][0] if ggml_type in GGML_TYPES else f"type {ggml_type}"
+    """The ggml type's name, e.g. ``"Q4_K"`` (gguf-py's name for types halter cannot decode)."""
+    if ggml_type in GGML_TYPES:
+        return GGML_TYPES[ggml_type][0]
+    try:
+        import gguf
+        return gguf.GGMLQuantizationType(ggml_type).name
+    except (ImportError, ValueError):
+        return f"type {ggml_type}"
 
 
 def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...],

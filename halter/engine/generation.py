@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 import torch
 
+from halter.errors import NoValidTokenError
+from halter.grammar.bitmask import allocate_bitmask, apply_bitmask
+
 if TYPE_CHECKING:
     from halter.engine.model import Model
 
@@ -100,21 +103,19 @@ def _stop_holdback(data: bytes, stops: Sequence[bytes]) -> int:
 
 def _make_sampler(model: "Model", sampler: Any, sampling: Any, seed: int | None,
                   kwargs: dict[str, Any]) -> Any:
-    """The sampler chain: the caller's, or one built from ``SamplingParams`` (+ keyword fields)."""
+    """The sampler chain: the caller's, or ``SamplingParams(...).build`` (+ keyword fields)."""
     if sampler is not None:
-        if kwargs or sampling is not None:
-            raise TypeError("pass either sampler= or sampling parameters, not both")
+        if kwargs or sampling is not None or seed is not None:
+            raise TypeError("pass either sampler= or sampling parameters (sampling=, seed=, ...), not both")
         return sampler
-    try:
-        from halter.sampling import SamplingParams
-    except ImportError as exc:  # the sampling package is optional at this layer
-        raise RuntimeError("halter.sampling.SamplingParams is unavailable; pass sampler=") from exc
-    params = sampling if sampling is not None else SamplingParams(**kwargs)
-    if sampling is not None and kwargs:
-        params = dataclasses.replace(params, **kwargs)
-    if seed is not None:
-        params = dataclasses.replace(params, seed=seed)
-    return params.build(model.n_vocab)
+    from halter.sampling import SamplingParams
+
+    params = sampling if sampling is not None else SamplingParams()
+    if kwargs or seed is not None:
+        params = params.replace(**kwargs, **({} if seed is None else {"seed": seed}))
+    vocab = model.vocab
+    return params.build(model.n_vocab, vocab=vocab.token_bytes if params.dry_multiplier > 0 else None,
+                        eog_ids=vocab.eog_ids, n_ctx_train=model.config.n_ctx_train)
 
 
 def _make_matcher(model: "Model", grammar: Any) -> Any:
@@ -212,11 +213,16 @@ def _run(model: "Model", prompts: list[list[int]], seqs: list[int], keep: list[i
          matcher: Any, stops: list[bytes], max_tokens: int, grammar_first: bool,
          cfg_scale: float | None) -> Iterator[str | GenerationResult]:
     vocab = model.vocab
-    eog = set(getattr(vocab, "eog_ids", ()))
+    eog = set(vocab.eog_ids)
     token_bytes = vocab.token_bytes
     n_text = len(token_bytes)
     timings = Timings(prompt_tokens=len(prompts[0]))
     dev = model.device
+    if hasattr(chain, "accept_prompt"):                  # penalties see the prompt, grammar does not
+        chain.accept_prompt(prompts[0])
+    else:
+        for t in prompts[0]:
+            chain.accept(t)
     t0 = time.perf_counter()
     for seq in seqs:
         model.cache.clear(seq)
@@ -226,7 +232,6 @@ def _run(model: "Model", prompts: list[list[int]], seqs: list[int], keep: list[i
 
     bitmask = None
     if matcher is not None:
-        from halter.grammar.bitmask import allocate_bitmask, apply_bitmask
         bitmask = allocate_bitmask(None, n_text)
     out, generated, emitted = bytearray(), [], 0
     finish = "length"
@@ -234,7 +239,13 @@ def _run(model: "Model", prompts: list[list[int]], seqs: list[int], keep: list[i
     for _ in range(max_tokens):
         # The forward pass for this step was launched already (async on CUDA): do CPU work now.
         t = time.perf_counter()
-        masked = bool(matcher.fill_bitmask(bitmask)) if matcher is not None else False
+        masked = False
+        if matcher is not None:
+            bitmask.fill(-1)
+            masked = matcher.fill_bitmask(bitmask) is not False
+            if masked and not bitmask.any():
+                raise NoValidTokenError("the grammar allows no token of the vocabulary here (dead end) "
+                                        f"after {len(generated)} generated tokens: {bytes(out)[-40:]!r}")
         timings.mask_ms += (time.perf_counter() - t) * 1e3
         logits = logits_dev.float().cpu().numpy()        # the one device -> host sync per step
         t = time.perf_counter()
@@ -256,7 +267,6 @@ def _run(model: "Model", prompts: list[list[int]], seqs: list[int], keep: list[i
             finish = "stop"
             break
         if matcher is not None and not matcher.accept_token(token):
-            from halter.errors import NoValidTokenError
             raise NoValidTokenError(f"the grammar rejected token {token} "
                                     f"({token_bytes[token]!r}) that the mask allowed")
         generated.append(token)

@@ -1,0 +1,123 @@
+"""Loading GGUF models: options, progress, and a clear ModelLoadError for every bad file."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from engine_fixtures import tiny_gguf_dir, tiny_path  # noqa: F401 (fixture)
+from halter.engine import Model
+from halter.errors import ModelLoadError
+
+
+def _minimal(path, arch: str = "llama", *, embd_type: str = "F32", nan: bool = False,
+             skip_key: str | None = None) -> str:
+    """A GGUF with llama metadata and only the token embedding (so other tensors are missing)."""
+    w = gguf.GGUFWriter(str(path), arch)
+    keys = {"embedding_length": 64, "block_count": 1, "feed_forward_length": 128,
+            "attention.head_count": 4, "context_length": 128}
+    for k, v in keys.items():
+        if k != skip_key:
+            w.add_uint32(f"{arch}.{k}", v)
+    emb = np.ones((16, 64), np.float32)
+    if nan:
+        emb[3, 5] = np.nan
+    if embd_type == "IQ4_NL":       # a real ggml type halter does not decode
+        w.add_tensor("token_embd.weight", np.zeros((16, 36), np.uint8), raw_shape=(16, 36),
+                     raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
+    else:
+        w.add_tensor("token_embd.weight", emb)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def test_defaults_on_cpu(tiny_gguf_dir: str) -> None:
+    m = Model.load(tiny_path(tiny_gguf_dir, "llama", "F16"), progress=False)
+    assert m.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert m.dtype == (torch.float32 if m.device.type == "cpu" else m.dtype)
+    assert m.n_ctx == 2048 and m.n_vocab == 310 and m.config.n_head_kv == 2
+
+
+def test_dtype_names_and_progress_callback(tiny_gguf_dir: str, capsys) -> None:
+    seen = []
+    m = Model.load(tiny_path(tiny_gguf_dir, "qwen2", "Q8_0"), device="cpu", dtype="bf16", n_ctx=16,
+                   progress=lambda done, total, name: seen.append((done, total)))
+    assert m.dtype == torch.bfloat16 and m.n_ctx == 16
+    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] > 20
+    Model.load(tiny_path(tiny_gguf_dir, "qwen2", "Q8_0"), device="cpu", n_ctx=16)
+    assert "loading qwen2-Q8_0.gguf" in capsys.readouterr().err
+    Model.load(tiny_path(tiny_gguf_dir, "qwen2", "Q8_0"), device="cpu", n_ctx=16, progress=False)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="dtype 'f8'"):
+        Model.load(tiny_path(tiny_gguf_dir, "qwen2", "Q8_0"), dtype="f8", progress=False)
+
+
+def test_missing_file(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="no such file") as e:
+        Model.load(tmp_path / "nope.gguf", progress=False)
+    assert e.value.path == str(tmp_path / "nope.gguf")
+
+
+def test_not_gguf(tmp_path) -> None:
+    p = tmp_path / "model.bin"
+    p.write_bytes(b"PK\x03\x04 definitely a zip")
+    with pytest.raises(ModelLoadError, match="not a GGUF file"):
+        Model.load(p, progress=False)
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.97])
+def test_truncated_file(tiny_gguf_dir: str, tmp_path, keep: float) -> None:
+    src = tiny_path(tiny_gguf_dir, "llama", "Q8_0")
+    p = tmp_path / "cut.gguf"
+    data = open(src, "rb").read()
+    p.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ModelLoadError) as e:
+        Model.load(p, progress=False)
+    assert str(p) in str(e.value) and ("truncated" in str(e.value) or "corrupt" in str(e.value))
+
+
+def test_unsupported_architecture(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="unsupported architecture 'gpt2'") as e:
+        Model.load(_minimal(tmp_path / "g.gguf", "gpt2"), progress=False)
+    assert e.value.field == "general.architecture"
+
+
+def test_missing_metadata(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="missing metadata") as e:
+        Model.load(_minimal(tmp_path / "m.gguf", skip_key="block_count"), progress=False)
+    assert e.value.field == "llama.block_count"
+
+
+def test_missing_tensor(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="missing tensor") as e:
+        Model.load(_minimal(tmp_path / "t.gguf"), progress=False)
+    assert e.value.field == "output_norm.weight"
+
+
+def test_unsupported_tensor_type(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="unsupported tensor type IQ4_NL") as e:
+        Model.load(_minimal(tmp_path / "q.gguf", embd_type="IQ4_NL"), progress=False)
+    assert e.value.field == "token_embd.weight"
+
+
+def test_nan_weights(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="NaN") as e:
+        Model.load(_minimal(tmp_path / "n.gguf", nan=True), progress=False)
+    assert e.value.field == "token_embd.weight"
+
+
+def test_loading_does_not_modify_the_file(tiny_gguf_dir: str, tmp_path) -> None:
+    src = tiny_path(tiny_gguf_dir, "llama", "F32")
+    p = shutil.copy(src, tmp_path / "copy.gguf")
+    before = open(p, "rb").read()
+    m = Model.load(p, device="cpu", progress=False)
+    with torch.no_grad():
+        m.net.tok_embeddings.weight.zero_()                  # weights are ours, not a view of the file
+    assert open(p, "rb").read() == before and os.path.getsize(p) == len(before)
