@@ -92,11 +92,12 @@ class CommonSampler:
                 raise NoValidTokenError("the grammar allows no token of the vocabulary here (dead end)")
             raise NoValidTokenError(f"the grammar allows {allowed} token(s) here but every one of them "
                                     "has logit -inf (banned by the model, a logit bias or ignore_eos)")
-        token = self._run_chain(cand)
-        if not self.grammar.is_allowed(token):
-            # only reachable when the chain selects a zero-probability candidate
-            raise NoValidTokenError(f"the sampler chain selected token {token}, which the grammar rejects; "
-                                    "check the chain configuration")
+        with np.errstate(invalid="ignore"):
+            token = self._run_chain(cand)
+        if not self.grammar.is_allowed(token) or not np.isfinite(cand.logits[cand.selected]):
+            allowed = int(self.grammar.allowed_mask().sum())
+            raise NoValidTokenError(f"the grammar allows {allowed} token(s) here but the sampler chain left "
+                                    "none of them a finite logit (a logit bias, ignore_eos, or -inf logits)")
         return token
 
     def _run_chain(self, cand: Candidates) -> int:

@@ -1,0 +1,142 @@
+"""Sampling on torch tensors that stay on their device (GPU or CPU), batched.
+
+Fixed shapes, no per-token host loop: optional grammar bitmask, then llama.cpp's default
+order top-k -> top-p -> min-p -> temperature -> dist (or greedy when ``temperature <= 0``), for a
+``[B, V]`` logits tensor at once. Only the ``[B]`` chosen tokens (and, if asked, the ``[B, k]``
+short candidate list) are produced; nothing is copied to the host unless the caller does it.
+The draw follows llama.cpp's backend ``dist``: the first candidate whose running probability
+reaches a uniform number ``u``, with ``u`` from a seeded ``std::mt19937`` per row (``rng="llama"``,
+one double per row and step crosses to the device) or from a torch generator on the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from halter.grammar.bitmask import apply_bitmask
+from halter.sampling.params import SamplingParams
+from halter.sampling.rng import LLAMA_DEFAULT_SEED, Mt19937, resolve_seed
+
+_DEVICE_SAMPLERS = ("top_k", "top_p", "min_p", "temperature")
+
+
+@dataclass
+class DeviceResult:
+    """Tokens ``[B]`` plus the candidates they were drawn from (``ids``/``probs`` ``[B, k]``)."""
+
+    tokens: torch.Tensor
+    ids: torch.Tensor
+    probs: torch.Tensor
+
+
+class DeviceSampler:
+    """Batched temperature / top-k / top-p / min-p / greedy / dist on torch tensors.
+
+    ``top_k <= 0`` keeps the whole (sorted) vocabulary; ``top_p >= 1`` and ``min_p <= 0`` are
+    off; ``temperature <= 0`` is greedy. ``seed`` seeds one ``std::mt19937`` per batch row
+    (row ``b`` uses ``seed + b``) when ``rng="llama"``, or a torch generator on the device when
+    ``rng="torch"``.
+    """
+
+    def __init__(self, *, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                 min_keep: int = 0, seed: int | None = LLAMA_DEFAULT_SEED, rng: str = "llama") -> None:
+        if rng not in ("llama", "torch"):
+            raise ValueError(f"DeviceSampler: rng must be 'llama' or 'torch', got {rng!r}")
+        self.temperature = float(temperature)
+        self.top_k = int(top_k)
+        self.top_p = float(top_p)
+        self.min_p = float(min_p)
+        self.min_keep = int(min_keep)
+        self.seed = resolve_seed(seed)
+        self.rng = rng
+        self._streams: list[Mt19937] = []
+        self._generator: torch.Generator | None = None
+
+    @classmethod
+    def from_params(cls, params: SamplingParams, *, rng: str = "llama") -> "DeviceSampler":
+        """The device sampler for ``params``; raises if ``params`` turn on a sampler it lacks."""
+        off = []
+        if params.repeat_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0:
+            off.append("penalties")
+        if params.dry_multiplier != 0.0:
+            off.append("dry")
+        if params.top_n_sigma > 0:
+            off.append("top_n_sigma")
+        if params.typical_p < 1.0:
+            off.append("typ_p")
+        if params.xtc_probability > 0 and params.xtc_threshold <= 0.5:
+            off.append("xtc")
+        if params.mirostat:
+            off.append("mirostat")
+        if params.dynatemp_range > 0:
+            off.append("dynatemp")
+        if params.logit_bias or params.ignore_eos:
+            off.append("logit_bias")
+        if off:
+            raise ValueError(f"DeviceSampler does not implement {', '.join(off)}; use the numpy chain")
+        order = [n for n in params.samplers if n in _DEVICE_SAMPLERS]
+        if order != [n for n in _DEVICE_SAMPLERS if n in order]:
+            raise ValueError(f"DeviceSampler applies top_k, top_p, min_p, temperature in that order; got {order}")
+        return cls(temperature=params.temperature, top_k=params.top_k if "top_k" in order else 0,
+                   top_p=params.top_p if "top_p" in order else 1.0, min_p=params.min_p if "min_p" in order else 0.0,
+                   min_keep=params.min_keep, seed=params.seed, rng=rng)
+
+    def _uniform(self, batch: int, device: torch.device) -> torch.Tensor:
+        if self.rng == "torch":
+            if self._generator is None or self._generator.device != device:
+                self._generator = torch.Generator(device=device)
+                self._generator.manual_seed(self.seed)
+            return torch.rand(batch, generator=self._generator, device=device, dtype=torch.float64)
+        while len(self._streams) < batch:
+            self._streams.append(Mt19937((self.seed + len(self._streams)) & 0xFFFFFFFF))
+        u = np.array([s.uniform_double() for s in self._streams[:batch]], dtype=np.float64)
+        return torch.from_numpy(u).to(device, non_blocking=True)
+
+    def reset(self) -> None:
+        self._streams.clear()
+        self._generator = None
+
+    @torch.no_grad()
+    def sample(self, logits: torch.Tensor, bitmask: Any = None, *, return_candidates: bool = False) -> Any:
+        """Tokens for a ``[V]`` or ``[B, V]`` logits tensor (not modified), on the tensor's device."""
+        if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+            raise TypeError("DeviceSampler.sample: logits must be a floating point torch tensor")
+        single = logits.dim() == 1
+        x = logits.unsqueeze(0) if single else logits
+        if x.dim() != 2 or x.shape[-1] == 0:
+            raise ValueError(f"DeviceSampler.sample: logits must be [V] or [B, V], got {tuple(logits.shape)}")
+        x = x.to(torch.float32, copy=True)
+        if bitmask is not None:
+            bm = bitmask if not isinstance(bitmask, np.ndarray) else torch.from_numpy(np.ascontiguousarray(bitmask))
+            apply_bitmask(x, bm.unsqueeze(0) if bm.dim() == 1 else bm)
+        B, V = x.shape
+        k = V if self.top_k <= 0 else min(self.top_k, V)
+        vals, ids = torch.topk(x, k, dim=-1, sorted=True)  # fixed [B, k]
+        pos = torch.arange(k, device=x.device)
+        keep = torch.ones_like(vals, dtype=torch.bool)
+        if self.top_p < 1.0:
+            probs = torch.softmax(vals, dim=-1)
+            before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each entry
+            keep &= (before < np.float32(self.top_p)) | (pos < max(self.min_keep, 1))
+        if self.min_p > 0.0:
+            thr = vals[:, :1] + float(np.log(np.float32(self.min_p)))
+            keep &= (vals >= thr) | (pos < max(self.min_keep, 1))
+        vals = vals.masked_fill(~keep, float("-inf"))
+        if self.temperature <= 0:
+            choice = torch.zeros(B, dtype=torch.long, device=x.device)  # sorted: the first is the best
+            probs = (pos == 0).to(torch.float32).expand(B, k)
+        else:
+            vals = vals / np.float32(self.temperature)
+            probs = torch.softmax(vals, dim=-1)
+            cum = torch.cumsum(probs.to(torch.float64), dim=-1)
+            target = self._uniform(B, x.device) * cum[:, -1]
+            choice = (cum < target.unsqueeze(-1)).sum(dim=-1).clamp_(max=k - 1)
+        tokens = ids.gather(1, choice.unsqueeze(-1)).squeeze(-1)
+        if single:
+            tokens, ids, probs = tokens[0], ids[0], probs[0]
+        if return_candidates:
+            return DeviceResult(tokens=tokens, ids=ids, probs=probs)
+        return tokens
