@@ -1,0 +1,279 @@
+"""JSON text as grammar pieces (RFC 8259): whitespace, strings and their escapes, any JSON value.
+
+Strings are the subtle part. A JSON string's *value* is what a schema constrains, but the text may
+spell each character several ways (``é``, ``\\u00e9``, ``\\u00E9``). For constrained strings
+(pattern, format, enum, const, property names) every character is accepted in these spellings:
+
+* printable ASCII other than ``"`` and ``\\``: raw only (``/`` also as ``\\/``);
+* ``"``, ``\\`` and control characters: their short escape (``\\n``...) and ``\\uXXXX``;
+* everything else: raw and ``\\uXXXX`` (a surrogate pair beyond the BMP), hex digits in any case.
+
+That covers ``json.dumps`` output with and without ``ensure_ascii``. Unconstrained strings accept
+every spelling RFC 8259 allows. Lone surrogate escapes are only accepted in unconstrained strings.
+"""
+from __future__ import annotations
+
+from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, RuleRef,
+                                Seq, alt, merge_ranges)
+from halter.schemas.rules import Rules
+
+
+def cat(*items: Expr) -> Expr:
+    """A sequence like ``ast.seq``, with adjacent literals merged (``"0" "0"`` -> ``"00"``)."""
+    flat: list[Expr] = []
+    for it in items:
+        for x in (it.items if isinstance(it, Seq) else (it,)):
+            if isinstance(x, Literal):
+                if x.text == "":
+                    continue
+                if flat and isinstance(flat[-1], Literal):
+                    flat[-1] = Literal(flat[-1].text + x.text)
+                    continue
+            flat.append(x)
+    if not flat:
+        return Literal("")
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+HEX = CharClass(((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)))
+DIGIT = CharClass(((0x30, 0x39),))
+NONZERO = CharClass(((0x31, 0x39),))
+_SHORT = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
+# code points that may appear raw inside a JSON string
+_RAW = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, MAX_CODE_POINT))
+# code points whose \\u spelling constrained strings accept (everything but printable ASCII)
+_UESC = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0xD7FF), (0xE000, 0xFFFF))
+
+NEVER = CharClass(())
+"""Matches nothing (an empty character class)."""
+
+WHITESPACE_MODES = ("flexible", "bounded", "compact")
+MAX_INDENT = 64
+
+
+def _intersect(a, b) -> list[tuple[int, int]]:
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# fixed-width digit ranges (shared with numbers.py)
+
+def digit_class(lo: int, hi: int, base: int) -> Expr:
+    """Digits with values lo..hi in ``base`` (hex letters in both cases)."""
+    ranges = []
+    for v in range(lo, hi + 1):
+        if v < 10:
+            ranges.append((0x30 + v, 0x30 + v))
+        else:
+            ranges.append((0x41 + v - 10, 0x41 + v - 10))
+            ranges.append((0x61 + v - 10, 0x61 + v - 10))
+    merged = tuple(merge_ranges(ranges))
+    if len(merged) == 1 and merged[0][0] == merged[0][1]:
+        return Literal(chr(merged[0][0]))
+    return CharClass(merged)
+
+
+def fixed_width_range(lo: int, hi: int, width: int, base: int = 10) -> Expr:
+    """Exactly-``width``-digit strings (leading zeros allowed) whose value is in lo..hi."""
+    if width == 0:
+        return Literal("")
+    p = base ** (width - 1)
+    top_lo, top_hi = lo // p, hi // p
+    rest_lo, rest_hi = lo % p, hi % p
+    if top_lo == top_hi:
+        return cat(digit_class(top_lo, top_lo, base), fixed_width_range(rest_lo, rest_hi, width - 1, base))
+    parts = []
+    first, last = top_lo, top_hi
+    if rest_lo != 0:
+        parts.append(cat(digit_class(top_lo, top_lo, base), fixed_width_range(rest_lo, p - 1, width - 1, base)))
+        first += 1
+    tail = None
+    if rest_hi != p - 1:
+        tail = cat(digit_class(top_hi, top_hi, base), fixed_width_range(0, rest_hi, width - 1, base))
+        last -= 1
+    if first <= last:
+        any_digit = digit_class(0, base - 1, base)
+        rest = Repeat(any_digit, width - 1, width - 1) if width > 2 else (any_digit if width == 2 else Literal(""))
+        parts.append(cat(digit_class(first, last, base), rest))
+    if tail is not None:
+        parts.append(tail)
+    return alt(*parts)
+
+
+def _hex4(ranges) -> Expr:
+    return alt(*(fixed_width_range(lo, hi, 4, 16) for lo, hi in ranges))
+
+
+def _surrogate_pairs(lo: int, hi: int) -> Expr:
+    """``\\uD8xx\\uDCxx`` spellings of the supplementary code points lo..hi."""
+    def split(cp):
+        v = cp - 0x10000
+        return 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF)
+    (hl, ll), (hh, lh) = split(lo), split(hi)
+    parts = []
+    if hl == hh:
+        parts.append((hl, hl, ll, lh))
+    else:
+        parts.append((hl, hl, ll, 0xDFFF))
+        if hl + 1 <= hh - 1:
+            parts.append((hl + 1, hh - 1, 0xDC00, 0xDFFF))
+        parts.append((hh, hh, 0xDC00, lh))
+    return alt(*(cat(Literal("\\u"), fixed_width_range(a, b, 4, 16), Literal("\\u"),
+                     fixed_width_range(c, d, 4, 16)) for a, b, c, d in parts))
+
+
+# ---------------------------------------------------------------------------------------------
+
+class JsonText:
+    """Builds the shared JSON helper rules (whitespace, strings, numbers, values) into ``rules``."""
+
+    def __init__(self, rules: Rules, whitespace: str = "flexible") -> None:
+        if whitespace not in WHITESPACE_MODES:
+            raise ValueError(f"whitespace must be one of {WHITESPACE_MODES}, not {whitespace!r}")
+        self.rules = rules
+        self.compact = whitespace == "compact"
+        self._class_rules: dict[tuple, RuleRef] = {}
+
+    # whitespace -------------------------------------------------------------------------------
+    def ws(self) -> Expr:
+        """Optional whitespace between tokens: none, 1-4 spaces/tabs, or a newline + indentation."""
+        if self.compact:
+            return Literal("")
+        body = Repeat(alt(Repeat(CharClass(((0x09, 0x09), (0x20, 0x20))), 1, 4),
+                          cat(Repeat(Literal("\r"), 0, 1), Literal("\n"),
+                              Repeat(CharClass(((0x09, 0x09), (0x20, 0x20))), 0, MAX_INDENT))), 0, 1)
+        return self.rules.fixed("ws", body)
+
+    def tok(self, text: str) -> Expr:
+        """A structural token followed by optional whitespace."""
+        return cat(Literal(text), self.ws())
+
+    # strings ----------------------------------------------------------------------------------
+    def string_char(self) -> Expr:
+        """Any JSON string character in any spelling (lone surrogate escapes included)."""
+        body = alt(CharClass(tuple(_RAW)),
+                   cat(Literal("\\"), alt(CharClass(tuple((c, c) for c in sorted(map(ord, '"\\/bfnrt')))),
+                                          cat(Literal("u"), Repeat(HEX, 4, 4)))))
+        return self.rules.fixed("json-char", body)
+
+    def counted_char(self) -> Expr:
+        """One string character, counted as ``len()`` counts it: a surrogate pair is one."""
+        not_surrogate = alt(cat(CharClass(((0x30, 0x39), (0x41, 0x43), (0x45, 0x46), (0x61, 0x63),
+                                           (0x65, 0x66))), Repeat(HEX, 3, 3)),
+                            cat(CharClass(((0x44, 0x44), (0x64, 0x64))), CharClass(((0x30, 0x37),)),
+                                Repeat(HEX, 2, 2)))
+        pair = cat(CharClass(((0x44, 0x44), (0x64, 0x64))), CharClass(((0x38, 0x39), (0x41, 0x42), (0x61, 0x62))),
+                   Repeat(HEX, 2, 2), Literal("\\u"), CharClass(((0x44, 0x44), (0x64, 0x64))),
+                   CharClass(((0x43, 0x46), (0x63, 0x66))), Repeat(HEX, 2, 2))
+        body = alt(CharClass(tuple(_RAW)),
+                   cat(Literal("\\"), alt(CharClass(tuple((c, c) for c in sorted(map(ord, '"\\/bfnrt')))),
+                                          cat(Literal("u"), alt(not_surrogate, pair)))))
+        return self.rules.fixed("json-char-counted", body)
+
+    def string(self, min_length: int = 0, max_length: int | None = None) -> Expr:
+        if min_length == 0 and max_length is None:
+            return self.rules.fixed("json-string", cat(Literal('"'), Repeat(self.string_char(), 0, None), Literal('"')))
+        return cat(Literal('"'), Repeat(self.counted_char(), min_length, max_length), Literal('"'))
+
+    def encode_class(self, ranges) -> Expr:
+        """Every accepted spelling of one character from the code point set ``ranges``."""
+        key = tuple(merge_ranges(ranges))
+        if key in self._class_rules:
+            return self._class_rules[key]
+        raw = _intersect(key, _RAW)
+        escapes: list[Expr] = []
+        shorts = [c for c in _SHORT if any(lo <= c <= hi for lo, hi in key)]
+        if shorts:
+            escapes.append(cat(Literal("\\"), CharClass(tuple(sorted((ord(_SHORT[c]), ord(_SHORT[c])) for c in shorts)))))
+        uesc = _intersect(key, _UESC)
+        if uesc:
+            escapes.append(cat(Literal("\\u"), _hex4(uesc)))
+        for lo, hi in _intersect(key, ((0x10000, MAX_CODE_POINT),)):
+            escapes.append(_surrogate_pairs(lo, hi))
+        options: list[Expr] = [CharClass(tuple(raw))] if raw else []
+        if escapes:
+            options.append(self.rules.add("jesc", alt(*escapes)))
+        result = alt(*options) if options else NEVER
+        self._class_rules[key] = result
+        return result
+
+    def encode_text(self, text: str) -> Expr:
+        """Every accepted spelling of the string value ``text`` (without the quotes)."""
+        parts: list[Expr] = []
+        run = []
+        for ch in text:
+            cp = ord(ch)
+            if 0x20 <= cp < 0x7F and ch not in '"\\/':
+                run.append(ch)
+                continue
+            if run:
+                parts.append(Literal("".join(run)))
+                run = []
+            parts.append(self.encode_class(((cp, cp),)))
+        if run:
+            parts.append(Literal("".join(run)))
+        return cat(*parts)
+
+    def quoted(self, text: str) -> Expr:
+        return cat(Literal('"'), self.encode_text(text), Literal('"'))
+
+    def encode_expr(self, expr: Expr) -> Expr:
+        """Map a code-point grammar expression (from a regex) to JSON-string spellings."""
+        if isinstance(expr, Literal):
+            return self.encode_text(expr.text)
+        if isinstance(expr, CharClass):
+            return self.encode_class(expr.code_point_ranges())
+        if isinstance(expr, Seq):
+            return cat(*(self.encode_expr(i) for i in expr.items))
+        if isinstance(expr, Alt):
+            return alt(*(self.encode_expr(o) for o in expr.options))
+        if isinstance(expr, Repeat):
+            return Repeat(self.encode_expr(expr.expr), expr.min, expr.max)
+        if isinstance(expr, RuleRef):
+            return expr
+        raise TypeError(f"cannot encode {expr!r}")
+
+    # numbers and values -----------------------------------------------------------------------
+    def uint(self) -> Expr:
+        return self.rules.fixed("json-uint", alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None))))
+
+    def fraction(self) -> Expr:
+        return cat(Literal("."), Repeat(DIGIT, 1, None))
+
+    def exponent(self) -> Expr:
+        return cat(CharClass(((0x45, 0x45), (0x65, 0x65))), Repeat(CharClass(((0x2B, 0x2B), (0x2D, 0x2D))), 0, 1),
+                   Repeat(DIGIT, 1, None))
+
+    def number(self) -> Expr:
+        return self.rules.fixed("json-number", cat(Repeat(Literal("-"), 0, 1), self.uint(),
+                                                   Repeat(self.fraction(), 0, 1), Repeat(self.exponent(), 0, 1)))
+
+    def integer(self) -> Expr:
+        """A JSON number whose value is an integer: ``-?int`` with optional ``.0``s and ``e+N``."""
+        return self.rules.fixed("json-integer", cat(
+            Repeat(Literal("-"), 0, 1), self.uint(),
+            Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1),
+            Repeat(cat(CharClass(((0x45, 0x45), (0x65, 0x65))), Repeat(Literal("+"), 0, 1), Repeat(DIGIT, 1, None)), 0, 1)))
+
+    def value(self) -> Expr:
+        """Any JSON value (recursive rules ``json-value``, ``json-object``, ``json-array``)."""
+        if "json-value" in self.rules.rules:
+            return RuleRef("json-value")
+        self.rules.reserve("json-value")
+        val = RuleRef("json-value")
+        ws = self.ws()
+        member = cat(self.string(), ws, self.tok(":"), val, ws)
+        obj = self.rules.fixed("json-object", cat(self.tok("{"), Repeat(cat(member, Repeat(cat(self.tok(","), member), 0, None)), 0, 1), Literal("}")))
+        item = cat(val, ws)
+        arr = self.rules.fixed("json-array", cat(self.tok("["), Repeat(cat(item, Repeat(cat(self.tok(","), item), 0, None)), 0, 1), Literal("]")))
+        self.rules.define("json-value", alt(obj, arr, self.string(), self.number(),
+                                            Literal("true"), Literal("false"), Literal("null")))
+        return val

@@ -1,0 +1,171 @@
+"""``allOf``: merging two schemas into one that accepts exactly the instances both accept.
+
+The merge is exact for the keywords a grammar builds on (types, bounds, properties, items, enum);
+per-property and per-item subschemas that both sides constrain become ``{"allOf": [a, b]}`` and
+are merged again when visited. Two different patterns are kept in ``x-halter-patterns`` (the converter intersects
+them); other keywords that cannot be combined are listed in ``x-halter-conflicts``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+NUMERIC_TYPES = {"integer", "number"}
+ALL_TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
+ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+               "writeOnly", "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$defs",
+               "definitions", "contentMediaType", "contentEncoding", "contentSchema", "$vocabulary"}
+
+
+SUBSCHEMA_KEYS = {"items", "additionalItems", "propertyNames", "contains", "unevaluatedItems",
+                  "unevaluatedProperties"}
+
+
+def types_of(schema: dict) -> set[str] | None:
+    t = schema.get("type")
+    if t is None:
+        return None
+    return {t} if isinstance(t, str) else set(t)
+
+
+def _intersect_types(a: set[str] | None, b: set[str] | None) -> set[str] | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    out = a & b
+    if "integer" in a and "number" in b or "number" in a and "integer" in b:
+        out.add("integer")
+    return out
+
+
+def _both(x: Any, y: Any) -> Any:
+    if x is True or x == {}:
+        return y
+    if y is True or y == {}:
+        return x
+    if x is False or y is False:
+        return False
+    if x == y:
+        return x
+    return {"allOf": [x, y]}
+
+
+def _canon(v: Any) -> str:
+    """A key equal for JSON-equal values (1 == 1.0, but True != 1)."""
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, (int, float)):
+        return "n:" + repr(float(v)) if float(v).is_integer() is False else "n:" + str(int(v))
+    if isinstance(v, list):
+        return "[" + ",".join(_canon(i) for i in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(json.dumps(k) + ":" + _canon(v[k]) for k in sorted(v)) + "}"
+    return json.dumps(v)
+
+
+def _prop_rule(schema: dict, key: str) -> Any:
+    """The subschema ``schema`` applies to the value of property ``key``."""
+    props = schema.get("properties") or {}
+    if key in props:
+        return props[key]
+    if schema.get("patternProperties"):
+        return None          # depends on regex matching: leave to the converter
+    return schema.get("additionalProperties", True)
+
+
+def merge(a: dict, b: dict) -> dict | bool:
+    """A schema equivalent to ``allOf: [a, b]`` (both without ``$ref``/``allOf``/``anyOf``)."""
+    out: dict = {}
+    conflicts: list[str] = []
+    keys = set(a) | set(b)
+    for k in keys:
+        if k in ANNOTATIONS:
+            continue
+        if k not in a or k not in b:
+            continue
+        x, y = a[k], b[k]
+        if k == "type":
+            continue
+        if k in ("minimum", "minLength", "minItems", "minProperties", "minContains"):
+            out[k] = max(x, y)
+        elif k in ("maximum", "maxLength", "maxItems", "maxProperties", "maxContains"):
+            out[k] = min(x, y)
+        elif k in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(x, bool) and not isinstance(y, bool):
+            out[k] = max(x, y) if k == "exclusiveMinimum" else min(x, y)
+        elif k == "required":
+            out[k] = list(dict.fromkeys(list(x) + list(y)))
+        elif k == "enum":
+            ys = {_canon(v) for v in y}
+            out[k] = [v for v in x if _canon(v) in ys]
+        elif k == "const":
+            if _canon(x) != _canon(y):
+                return False
+            out[k] = x
+        elif k in ("properties", "patternProperties", "dependentRequired"):
+            continue   # handled below
+        elif k in ("uniqueItems",):
+            out[k] = x or y
+        elif x == y:
+            out[k] = x
+        elif k in SUBSCHEMA_KEYS and isinstance(x, (dict, bool)) and isinstance(y, (dict, bool)):
+            out[k] = _both(x, y)
+        elif k in ("prefixItems", "items") and isinstance(x, list) and isinstance(y, list):
+            rest_key = "items" if k == "prefixItems" else "additionalItems"
+            n = max(len(x), len(y))
+            out[k] = [_both(x[i] if i < len(x) else a.get(rest_key, True),
+                            y[i] if i < len(y) else b.get(rest_key, True)) for i in range(n)]
+        elif k == "multipleOf" and _is_int(x) and _is_int(y):
+            out[k] = x * y // math.gcd(int(x), int(y))
+        elif k == "pattern":
+            out[k] = x
+            out["x-halter-patterns"] = [*a.get("x-halter-patterns", []), *b.get("x-halter-patterns", []), y]
+        else:
+            out[k] = x
+            conflicts.append(k)
+    for k in keys:
+        if k in ANNOTATIONS or k in out or k == "type":
+            continue
+        if k in a and k not in b:
+            out[k] = a[k]
+        elif k in b and k not in a:
+            out[k] = b[k]
+    # number bounds given in different spellings stay as a nested allOf
+    t = _intersect_types(types_of(a), types_of(b))
+    if t is not None:
+        out["type"] = sorted(t)
+    # object members: the rule for each key is the conjunction of both sides' rules
+    if "properties" in a or "properties" in b or "additionalProperties" in a or "additionalProperties" in b:
+        names = list(dict.fromkeys(list(a.get("properties") or {}) + list(b.get("properties") or {})))
+        props = {}
+        for name in names:
+            ra, rb = _prop_rule(a, name), _prop_rule(b, name)
+            if ra is None or rb is None:
+                ra = (a.get("properties") or {}).get(name, True) if ra is None else ra
+                rb = (b.get("properties") or {}).get(name, True) if rb is None else rb
+            props[name] = _both(ra, rb)
+        if names:
+            out["properties"] = props
+        add = _both(a.get("additionalProperties", True), b.get("additionalProperties", True))
+        if add is not True:
+            out["additionalProperties"] = add
+        else:
+            out.pop("additionalProperties", None)
+    if "patternProperties" in a or "patternProperties" in b:
+        pp = dict(a.get("patternProperties") or {})
+        for pat, s in (b.get("patternProperties") or {}).items():
+            pp[pat] = _both(pp[pat], s) if pat in pp else s
+        out["patternProperties"] = pp
+    if "dependentRequired" in a or "dependentRequired" in b:
+        dr = {k: list(v) for k, v in (a.get("dependentRequired") or {}).items()}
+        for k, v in (b.get("dependentRequired") or {}).items():
+            dr[k] = list(dict.fromkeys(dr.get(k, []) + list(v)))
+        out["dependentRequired"] = dr
+    if conflicts:
+        out["x-halter-conflicts"] = sorted(set(conflicts) | set(a.get("x-halter-conflicts", [])))
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0

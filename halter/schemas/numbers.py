@@ -1,0 +1,306 @@
+"""Numeric bounds as grammars: exact digit-range grammars for integers and decimal numbers.
+
+``integer_range(lo, hi)`` matches exactly the JSON integers in ``lo..hi`` (either end open), also
+spelled with a zero fraction (``3.0``) and ``-0``. ``number_range`` matches exactly the decimal
+numbers (no exponent) between two decimal bounds, inclusive or exclusive; bounded numbers are not
+accepted in exponent notation (documented departure), except when the only bound is zero.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from halter.grammar.ast import CharClass, Expr, Literal, Repeat, RuleRef, alt
+from halter.schemas.json_text import DIGIT, NONZERO, cat, digit_class, fixed_width_range
+
+ZERO_FRACTION = Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1)
+EXPONENT = cat(CharClass(((0x45, 0x45), (0x65, 0x65))), Repeat(CharClass(((0x2B, 0x2B), (0x2D, 0x2D))), 0, 1),
+               Repeat(DIGIT, 1, None))
+
+
+def uint_range(lo: int, hi: int | None) -> Expr | None:
+    """Unsigned decimal integers without leading zeros whose value is in lo..hi (hi None: open)."""
+    lo = max(lo, 0)
+    if hi is not None and hi < lo:
+        return None
+    parts = []
+    w_lo = len(str(lo))
+    w_hi = len(str(hi)) if hi is not None else w_lo
+    for w in range(w_lo, w_hi + 1):
+        a = max(lo, 10 ** (w - 1) if w > 1 else 0)
+        b = 10 ** w - 1 if hi is None else min(hi, 10 ** w - 1)
+        if a <= b:
+            parts.append(fixed_width_range(a, b, w))
+    if hi is None:     # any longer number
+        parts.append(cat(NONZERO, Repeat(DIGIT, w_lo, None)))
+    return alt(*parts)
+
+
+def integer_range(lo: int | None, hi: int | None) -> Expr | None:
+    """JSON texts of integers in lo..hi (None = unbounded); None if the range is empty."""
+    if lo is not None and hi is not None and lo > hi:
+        return None
+    parts = []
+    if hi is None or hi >= 0:
+        pos = uint_range(max(lo or 0, 0), hi)
+        if pos is not None:
+            parts.append(pos)
+    if lo is None or lo < 0:   # negative values: "-" then the magnitude in max(1,-hi)..-lo
+        mag_lo = 1 if hi is None or hi >= 0 else -hi
+        neg = uint_range(mag_lo, None if lo is None else -lo)
+        if neg is not None:
+            parts.append(cat(Literal("-"), neg))
+    if (lo is None or lo <= 0) and (hi is None or hi >= 0):
+        parts.append(Literal("-0"))
+    if not parts:
+        return None
+    return cat(alt(*parts), ZERO_FRACTION)
+
+
+# ---------------------------------------------------------------------------------------------
+# decimals
+
+def _frac(lower, upper) -> tuple[bool, Expr | None]:
+    """Fraction digit strings F with ``0.F`` between the bounds.
+
+    ``lower``/``upper`` are ``None`` (no bound) or ``(digits, strict)``. Returns whether the empty
+    fraction qualifies and an expression for the non-empty ones (None: no non-empty one).
+    """
+    if lower is not None and lower[0] == "" and not lower[1]:
+        lower = None
+    # special cases that would otherwise recurse forever
+    if lower is None and upper is None:
+        return True, Repeat(DIGIT, 1, None)
+    if upper is not None and upper[0] == "":
+        if upper[1] or lower is not None:   # < 0 impossible; > 0 and <= 0 impossible
+            return (False, None)
+        return True, Repeat(Literal("0"), 1, None)
+    if upper is None and lower == ("", True):
+        return False, cat(Repeat(Literal("0"), 0, None), CharClass(((0x31, 0x39),)), Repeat(DIGIT, 0, None))
+    empty_ok = _empty_ok(lower, upper)
+    groups: dict = {}
+    for d in range(10):
+        nl = _step(lower, d, is_lower=True)
+        nu = _step(upper, d, is_lower=False)
+        if nl is False or nu is False:
+            continue
+        groups.setdefault((nl, nu), []).append(d)
+    options = []
+    for (nl, nu), digits in groups.items():
+        rest_empty, rest = _frac(nl, nu)
+        head = _digits(digits)
+        tail = []
+        if rest_empty:
+            tail.append(Literal(""))
+        if rest is not None:
+            tail.append(rest)
+        if tail:
+            options.append(cat(head, alt(*tail)) if len(tail) > 1 else cat(head, tail[0]))
+    return empty_ok, (alt(*options) if options else None)
+
+
+def _digits(ds: list[int]) -> Expr:
+    if ds == list(range(ds[0], ds[-1] + 1)):
+        return digit_class(ds[0], ds[-1], 10)
+    return alt(*(digit_class(d, d, 10) for d in ds))
+
+
+def _empty_ok(lower, upper) -> bool:
+    """Does the empty fraction (value 0) satisfy the bounds?"""
+    if lower is not None:
+        digits, strict = lower
+        if digits.strip("0") or strict:
+            return False
+    if upper is not None:
+        digits, strict = upper
+        if strict and not digits.strip("0"):
+            return False
+    return True
+
+
+def _step(bound, d: int, is_lower: bool):
+    """The bound on the rest after first digit ``d``: None (satisfied), False (violated), or a bound."""
+    if bound is None:
+        return None
+    digits, strict = bound
+    b0 = int(digits[0]) if digits else 0
+    if d == b0:
+        return (digits[1:], strict)
+    if is_lower:
+        return None if d > b0 else False
+    return None if d < b0 else False
+
+
+def _split(x: Decimal) -> tuple[int, str]:
+    """A non-negative decimal as (integer part, fraction digits without trailing zeros)."""
+    whole = int(x)
+    frac = format(x - whole, "f")
+    digits = frac.split(".")[1] if "." in frac else ""
+    return whole, digits.rstrip("0")
+
+
+def _nonneg_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool) -> Expr | None:
+    """Non-negative decimal texts ``int(.frac)?`` between the bounds (lo >= 0 or None)."""
+    lo = lo if lo is not None else Decimal(0)
+    li, lf = _split(lo)
+    opts = []
+    if hi is None:
+        hi_i, hf = None, None
+    else:
+        hi_i, hf = _split(hi)
+    if hi_i is not None and hi_i == li:
+        empty, rest = _frac((lf, lo_strict), (hf, hi_strict))
+        opts.append(_with_frac(Literal(str(li)), empty, rest))
+    else:
+        empty, rest = _frac((lf, lo_strict), None)
+        opts.append(_with_frac(Literal(str(li)), empty, rest))
+        middle = uint_range(li + 1, None if hi_i is None else hi_i - 1)
+        if middle is not None:
+            opts.append(cat(middle, Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1)))
+        if hi_i is not None:
+            empty, rest = _frac(None, (hf, hi_strict))
+            opts.append(_with_frac(Literal(str(hi_i)), empty, rest))
+    opts = [o for o in opts if o is not None]
+    return alt(*opts) if opts else None
+
+
+def _with_frac(whole: Expr, empty: bool, rest: Expr | None) -> Expr | None:
+    if rest is None:
+        return whole if empty else None
+    frac = cat(Literal("."), rest)
+    return cat(whole, Repeat(frac, 0, 1)) if empty else cat(whole, frac)
+
+
+def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool) -> Expr | None:
+    """JSON number texts between two decimal bounds (None = unbounded); None if empty."""
+    if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
+        return None
+    if hi is None and lo == 0:          # sign-only bound: exponents are safe
+        mantissa = cat(alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None))), Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1))
+        if lo_strict:
+            mantissa = alt(cat(Literal("0."), Repeat(Literal("0"), 0, None), NONZERO, Repeat(DIGIT, 0, None)),
+                           cat(NONZERO, Repeat(DIGIT, 0, None), Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1)))
+        else:
+            mantissa = alt(mantissa, cat(Literal("-0"), Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1)))
+        return cat(mantissa, Repeat(EXPONENT, 0, 1))
+    parts = []
+    if hi is None or hi > 0 or (hi == 0 and not hi_strict):
+        p_lo, p_strict = (lo, lo_strict) if lo is not None and lo >= 0 else (None, False)
+        pos = _nonneg_range(p_lo, p_strict, hi, hi_strict)
+        if pos is not None:
+            parts.append(pos)
+    if lo is None or lo < 0:
+        # "-" y with y in [max(0, -hi), -lo]; y = 0 ("-0") only when 0 is in range
+        if hi is None or hi > 0 or (hi == 0 and not hi_strict):
+            n_lo, n_strict = Decimal(0), False
+        else:
+            n_lo, n_strict = -hi, hi_strict
+        neg = _nonneg_range(n_lo, n_strict, None if lo is None else -lo, lo_strict)
+        if neg is not None:
+            parts.append(cat(Literal("-"), neg))
+    return alt(*parts) if parts else None
+
+
+def integer_bounds(schema: dict) -> tuple[int | None, int | None]:
+    """The integer interval allowed by minimum/maximum/exclusive* (draft 4 booleans included)."""
+    lo, hi = None, None
+    mn, mx = schema.get("minimum"), schema.get("maximum")
+    emn, emx = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if _num(mn):
+        lo = math.floor(mn) + 1 if emn is True and float(mn).is_integer() else math.ceil(mn)
+    if _num(mx):
+        hi = math.ceil(mx) - 1 if emx is True and float(mx).is_integer() else math.floor(mx)
+    if _num(emn):
+        v = math.floor(emn) + 1
+        lo = v if lo is None else max(lo, v)
+    if _num(emx):
+        v = math.ceil(emx) - 1
+        hi = v if hi is None else min(hi, v)
+    return lo, hi
+
+
+def decimal_bounds(schema: dict) -> tuple[Decimal | None, bool, Decimal | None, bool]:
+    """(lo, lo_strict, hi, hi_strict) for a number schema, tightest bound winning."""
+    lo, ls, hi, hs = None, False, None, False
+    def tighten_lo(v, strict):
+        nonlocal lo, ls
+        v = Decimal(str(v))
+        if lo is None or v > lo or (v == lo and strict):
+            lo, ls = v, strict
+    def tighten_hi(v, strict):
+        nonlocal hi, hs
+        v = Decimal(str(v))
+        if hi is None or v < hi or (v == hi and strict):
+            hi, hs = v, strict
+    if _num(schema.get("minimum")):
+        tighten_lo(schema["minimum"], schema.get("exclusiveMinimum") is True)
+    if _num(schema.get("maximum")):
+        tighten_hi(schema["maximum"], schema.get("exclusiveMaximum") is True)
+    if _num(schema.get("exclusiveMinimum")):
+        tighten_lo(schema["exclusiveMinimum"], True)
+    if _num(schema.get("exclusiveMaximum")):
+        tighten_hi(schema["exclusiveMaximum"], True)
+    return lo, ls, hi, hs
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+MAX_DIVISOR = 64
+MAX_ENUMERATED = 256
+
+
+def multiple_of_integer(k: Any, lo: int | None, hi: int | None) -> "Expr | DivisibleBy | None | bool":
+    """Integers that are multiples of the integer ``k`` within lo..hi; False when not expressible.
+
+    Unbounded: a divisibility automaton over the decimal digits (``k`` states, ``k`` <= 64).
+    Bounded: the multiples are listed when there are at most 256 of them.
+    """
+    if isinstance(k, float) and k.is_integer():
+        k = int(k)
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        return False
+    if lo is not None and hi is not None:
+        first = -(-lo // k) * k
+        values = list(range(first, hi + 1, k))
+        if len(values) > MAX_ENUMERATED:
+            return False
+        return alt(*(integer_range(v, v) for v in values)) if values else None
+    if lo is not None or hi is not None or k > MAX_DIVISOR:
+        return False
+    if k == 1:
+        return cat(Repeat(Literal("-"), 0, 1), alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None))), ZERO_FRACTION)
+    return divisibility_grammar(k)
+
+
+@dataclass(frozen=True)
+class DivisibleBy:
+    """Decimal integers divisible by ``k``: helper ``rules`` (``mod{k}-r``) and the ``expr``."""
+    k: int
+    rules: dict
+    expr: Expr
+
+
+def divisibility_grammar(k: int) -> DivisibleBy:
+    """A right-linear grammar whose state ``mod{k}-r`` means "the digits so far are r mod k"."""
+    rules = {}
+    for r in range(k):
+        targets: dict[int, list[int]] = {}
+        for d in range(10):
+            targets.setdefault((10 * r + d) % k, []).append(d)
+        opts = [cat(_digit_set(ds), RuleRef(f"mod{k}-{t}")) for t, ds in targets.items()]
+        if r == 0:
+            opts.append(Literal(""))
+        rules[f"mod{k}-{r}"] = alt(*opts)
+    first: dict[int, list[int]] = {}
+    for d in range(1, 10):
+        first.setdefault(d % k, []).append(d)
+    start = alt(*(cat(_digit_set(ds), RuleRef(f"mod{k}-{t}")) for t, ds in first.items()))
+    return DivisibleBy(k, rules, cat(Repeat(Literal("-"), 0, 1), alt(Literal("0"), start), ZERO_FRACTION))
+
+
+def _digit_set(ds: list[int]) -> Expr:
+    return CharClass(tuple((0x30 + d, 0x30 + d) for d in ds)) if len(ds) > 1 else Literal(str(ds[0]))

@@ -1,0 +1,194 @@
+"""JSON objects as grammars: known properties in any order, required ones enforced, extra keys.
+
+Members are written ``key ws ":" ws value ws`` and separated by ``"," ws``. Known properties are
+*tracked*: a rule per set of keys already written, so each appears at most once, in any order, and
+the object can only close once every required key is there. Tracking costs a rule per subset, so
+it is exact up to ``MAX_TRACKED`` keys; beyond that only the required keys are tracked (when there
+are at most ``MAX_TRACKED`` of them, else they must come in schema order) and the optional known
+keys become *free* members, which may then repeat (documented departure). Extra keys never spell a
+known key: the extra-key grammar is the complement of the known names (a trie complement).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from halter.grammar.ast import Expr, Literal, Repeat, RuleRef, alt
+from halter.schemas.json_text import NEVER, JsonText, cat
+from halter.schemas.rules import Rules
+
+MAX_TRACKED = 5
+
+
+@dataclass
+class ObjectSpec:
+    """What an object allows: known ``props`` (name -> value grammar, None = forbidden)."""
+    props: dict[str, Expr | None]
+    required: list[str]
+    extra: list[tuple[Expr, Expr]] = field(default_factory=list)   # (key grammar, value grammar)
+    min_props: int = 0
+    max_props: int | None = None
+    dependent_required: dict[str, list[str]] = field(default_factory=dict)
+    ordered: bool = False
+
+
+def key_complement(js: JsonText, names: list[str]) -> Expr:
+    """A JSON string (with quotes) whose value is any string except ``names``."""
+    if not names:
+        return js.string()
+    trie: dict = {}
+    for n in names:
+        node = trie
+        for ch in n:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+    rules = js.rules
+    any_rest = cat(Repeat(js.string_char(), 0, None), Literal('"'))
+
+    def build(node: dict, depth: int, prefix: str) -> Expr:
+        children = sorted(c for c in node if c)
+        opts: list[Expr] = []
+        if "" not in node:
+            opts.append(Literal('"'))
+        leave = [(0, 0x10FFFF)]
+        for c in children:
+            cp = ord(c)
+            nxt = []
+            for lo, hi in leave:
+                if lo <= cp <= hi:
+                    if lo < cp:
+                        nxt.append((lo, cp - 1))
+                    if cp < hi:
+                        nxt.append((cp + 1, hi))
+                else:
+                    nxt.append((lo, hi))
+            leave = nxt
+        opts.append(cat(js.encode_class(leave), any_rest))
+        for c in children:
+            opts.append(cat(js.encode_text(c), build(node[c], depth + 1, prefix + c)))
+        return alt(*opts)
+
+    return rules.add("key-other", cat(Literal('"'), build(trie, 0, "")))
+
+
+class ObjectBuilder:
+    def __init__(self, js: JsonText, rules: Rules, hint: str) -> None:
+        self.js = js
+        self.rules = rules
+        self.hint = hint
+
+    def member(self, key: Expr, value: Expr) -> Expr:
+        ws = self.js.ws()
+        return cat(key, ws, Literal(":"), ws, value, ws)
+
+    def build(self, spec: ObjectSpec) -> Expr | None:
+        js, ws = self.js, self.js.ws()
+        props = {k: v for k, v in spec.props.items() if v is not None}
+        if any(r not in props for r in spec.required):
+            return None                      # a required key that no value can satisfy
+        pairs = {k: self.rules.add(f"{self.hint}-{k}-kv", self.member(js.quoted(k), v)) for k, v in props.items()}
+        free: list[Expr] = [self.member(k, v) for k, v in spec.extra]
+        required = list(dict.fromkeys(spec.required))
+        names = list(props)
+        if spec.ordered or len(names) > MAX_TRACKED:
+            tracked = [n for n in names if n in required] if not spec.ordered else names
+            if len(tracked) > MAX_TRACKED and not spec.ordered:
+                return self._chain(spec, pairs, free, names, ordered_all=False)
+            if spec.ordered:
+                return self._chain(spec, pairs, free, names, ordered_all=True)
+            free = [pairs[n] for n in names if n not in required] + free
+            count_exact = False
+        else:
+            tracked = names
+            count_exact = not free
+        if not count_exact and (spec.min_props > len(required) or spec.max_props is not None):
+            lo, hi = spec.min_props, spec.max_props
+            if tracked or lo > 0 and not free:
+                raise _CountUnsupported()
+            # only free members: count them with repetition bounds
+            member = self.rules.add(f"{self.hint}-member", alt(*free)) if free else None
+            if member is None:
+                return cat(js.tok("{"), Literal("}")) if lo == 0 else None
+            if hi == 0:
+                return cat(js.tok("{"), Literal("}"))
+            body = cat(member, Repeat(cat(js.tok(","), member), max(lo - 1, 0), None if hi is None else hi - 1))
+            return cat(js.tok("{"), Repeat(body, 0, 1) if lo == 0 else body, Literal("}"))
+        free_member = self.rules.add(f"{self.hint}-member", alt(*free)) if free else None
+        states: dict[frozenset, RuleRef] = {}
+        base = self.rules.reserve(f"{self.hint}-obj")
+
+        def can_close(used: frozenset) -> bool:
+            if not set(required) <= used:
+                return False
+            if any(k in used and not set(deps) <= used for k, deps in spec.dependent_required.items()):
+                return False
+            if count_exact and not (spec.min_props <= len(used) <= (spec.max_props if spec.max_props is not None else len(used))):
+                return False
+            return True
+
+        def state(used: frozenset) -> Expr:
+            if used in states:
+                return states[used]
+            name = base if not used else self.rules.reserve(f"{self.hint}-after-{len(used)}")
+            states[used] = RuleRef(name)
+            opts: list[Expr] = []
+            for n in tracked:
+                if n not in used:
+                    if count_exact and spec.max_props is not None and len(used) >= spec.max_props:
+                        continue
+                    opts.append(cat(js.tok(","), pairs[n], state(used | {n})))
+            if free_member is not None:
+                opts.append(cat(js.tok(","), free_member, RuleRef(name)))
+            if can_close(used):
+                opts.append(Literal("}"))
+            self.rules.define(name, alt(*opts) if opts else NEVER)
+            return states[used]
+
+        first: list[Expr] = []
+        for n in tracked:
+            if count_exact and spec.max_props == 0:
+                break
+            first.append(cat(pairs[n], state(frozenset({n}))))
+        if free_member is not None:
+            first.append(cat(free_member, state(frozenset())))
+        if can_close(frozenset()):
+            first.append(Literal("}"))
+        if frozenset() not in states:
+            self.rules._reserved.discard(base)
+        return cat(js.tok("{"), alt(*first)) if first else None
+
+    def _chain(self, spec: ObjectSpec, pairs, free, names, ordered_all: bool) -> Expr:
+        """Known keys in schema order (all of them, or the required ones with optional ones free)."""
+        js = self.js
+        if spec.min_props > len(spec.required) or spec.max_props is not None:
+            raise _CountUnsupported()
+        seq_names = names if ordered_all else [n for n in names if n in spec.required]
+        if not ordered_all:
+            free = [pairs[n] for n in names if n not in spec.required] + free
+        free_member = self.rules.add(f"{self.hint}-member", alt(*free)) if free else None
+        # state i: the next chain key to come is seq_names[i]
+        refs = [RuleRef(self.rules.reserve(f"{self.hint}-at-{i}")) for i in range(len(seq_names) + 1)]
+        for i in range(len(seq_names) + 1):
+            opts: list[Expr] = []
+            for j in range(i, len(seq_names)):
+                opts.append(cat(js.tok(","), pairs[seq_names[j]], refs[j + 1]))
+                if seq_names[j] in spec.required:
+                    break
+            if free_member is not None:
+                opts.append(cat(js.tok(","), free_member, refs[i]))
+            if all(n not in spec.required for n in seq_names[i:]):
+                opts.append(Literal("}"))
+            self.rules.define(refs[i].name, alt(*opts) if opts else NEVER)
+        first: list[Expr] = []
+        for j in range(len(seq_names)):
+            first.append(cat(pairs[seq_names[j]], refs[j + 1]))
+            if seq_names[j] in spec.required:
+                break
+        if free_member is not None:
+            first.append(cat(free_member, refs[0]))
+        if not spec.required:
+            first.append(Literal("}"))
+        return cat(js.tok("{"), alt(*first))
+
+
+class _CountUnsupported(Exception):
+    """min/maxProperties together with members that are not counted exactly."""

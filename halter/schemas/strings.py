@@ -1,0 +1,175 @@
+"""String schemas: ``minLength``/``maxLength``, ``pattern`` (matched anywhere unless anchored),
+``format``, and the key grammars of ``patternProperties``/``propertyNames``."""
+from __future__ import annotations
+
+import re
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq
+from halter.schemas.formats import FORMATS, UNCHECKED_FORMATS
+from halter.schemas.json_text import JsonText, cat
+from halter.schemas.regex import RegexError, UnsupportedRegexError, regex_to_expr
+
+if TYPE_CHECKING:
+    from halter.schemas.converter import Converter
+
+ANY_CHAR = CharClass(((0, MAX_CODE_POINT),))
+
+
+def length_range(expr: Expr) -> tuple[int, int | None]:
+    """Shortest and longest string (in code points) a code-point expression matches."""
+    if isinstance(expr, Literal):
+        return len(expr.text), len(expr.text)
+    if isinstance(expr, CharClass):
+        return 1, 1
+    if isinstance(expr, Seq):
+        lo, hi = 0, 0
+        for i in expr.items:
+            a, b = length_range(i)
+            lo += a
+            hi = None if hi is None or b is None else hi + b
+        return lo, hi
+    if isinstance(expr, Alt):
+        rs = [length_range(o) for o in expr.options]
+        return min(r[0] for r in rs), (None if any(r[1] is None for r in rs) else max(r[1] for r in rs))
+    if isinstance(expr, Repeat):
+        a, b = length_range(expr.expr)
+        hi = None if expr.max is None or b is None else b * expr.max
+        return a * expr.min, hi
+    return 0, None
+
+
+def to_python_regex(expr: Expr) -> str:
+    """A Python regex for a code-point expression (used to test keys against patterns)."""
+    if isinstance(expr, Literal):
+        return re.escape(expr.text)
+    if isinstance(expr, CharClass):
+        ranges = expr.code_point_ranges()
+        if not ranges:
+            return "(?!)"
+        return "[" + "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b != a else "") for a, b in ranges) + "]"
+    if isinstance(expr, Seq):
+        return "".join(f"(?:{to_python_regex(i)})" for i in expr.items)
+    if isinstance(expr, Alt):
+        return "|".join(f"(?:{to_python_regex(o)})" for o in expr.options)
+    if isinstance(expr, Repeat):
+        return f"(?:{to_python_regex(expr.expr)}){{{expr.min},{'' if expr.max is None else expr.max}}}"
+    raise TypeError(f"cannot translate {expr!r}")
+
+
+class StringBuilder:
+    def __init__(self, js: JsonText, conv: "Converter") -> None:
+        self.js = js
+        self.conv = conv
+        self._compiled: dict[str, Expr] = {}
+
+    def pattern_expr(self, pattern: str, ptr: str, anchored: bool = False) -> Expr | None:
+        """The code-point expression of a schema pattern (unanchored: matches anywhere)."""
+        key = ("A" if anchored else "U") + pattern
+        if key not in self._compiled:
+            try:
+                self._compiled[key] = regex_to_expr(pattern, anchored=anchored, any_char=ANY_CHAR, pointer="#" + ptr)
+            except UnsupportedRegexError as e:
+                self.conv.unsupported("pattern", ptr, e.message)
+                self._compiled[key] = None
+            except RegexError as e:
+                from halter.errors import SchemaError
+                raise SchemaError(e.message, "#" + ptr, "pattern") from None
+        return self._compiled[key]
+
+    def search(self, pattern: str, text: str, ptr: str) -> bool:
+        expr = self.pattern_expr(pattern, ptr)
+        if expr is None:
+            return True
+        return re.fullmatch(to_python_regex(expr), text, re.S) is not None
+
+    def build(self, s: dict, ptr: str) -> Expr | None:
+        js = self.js
+        lo = int(s.get("minLength", 0))
+        hi = s.get("maxLength")
+        hi = None if hi is None else int(hi)
+        if hi is not None and lo > hi:
+            return None
+        constraints: list[tuple[str, Expr]] = []
+        fmt = s.get("format")
+        if isinstance(fmt, str):
+            if fmt in FORMATS:
+                constraints.append(("format", self.pattern_expr(FORMATS[fmt], ptr, anchored=True)))
+            elif fmt in UNCHECKED_FORMATS and self.conv._may_be("string", s):
+                msg = f"format {fmt!r} at #{ptr} is not checked (any string is accepted)"
+                self.conv.warnings.append(msg)
+        patterns = [p for p in [s.get("pattern"), *s.get("x-halter-patterns", [])] if isinstance(p, str)]
+        for p in dict.fromkeys(patterns):
+            e = self.pattern_expr(p, ptr)
+            if e is not None:
+                constraints.append(("pattern", e))
+        if not constraints:
+            return js.string(lo, hi)
+        if len(constraints) > 1:
+            self.conv.unsupported(constraints[1][0], ptr, "two string constraints (pattern/format) at once")
+        kw, expr = constraints[0]
+        a, b = length_range(expr)
+        if a < lo or (hi is not None and (b is None or b > hi)):
+            fitted = _fit_length(expr, lo, hi)
+            if fitted is None:
+                self.conv.unsupported("maxLength" if hi is not None else "minLength", ptr,
+                                      f"a length bound together with {kw} is only exact for simple patterns")
+            else:
+                expr = fitted
+        return cat(Literal('"'), js.encode_expr(expr), Literal('"'))
+
+    # keys -------------------------------------------------------------------------------------
+    def key_pattern(self, pattern: str, known: list[str], ptr: str) -> Expr:
+        expr = self.pattern_expr(pattern, ptr) or Repeat(ANY_CHAR, 0, None)
+        rx = to_python_regex(expr)
+        if any(re.fullmatch(rx, k, re.S) for k in known):
+            self.conv.unsupported("patternProperties", ptr, "a known property name also matches the pattern")
+        return cat(Literal('"'), self.js.encode_expr(expr), Literal('"'))
+
+    def key_schema(self, names_schema: Any, known: list[str], ptr: str, base: str) -> Expr | None:
+        if names_schema is False:
+            return None
+        if any(self.conv._valid(names_schema, k) for k in known):
+            self.conv.unsupported("propertyNames", ptr, "known property names also fit propertyNames")
+        sub = dict(names_schema) if isinstance(names_schema, dict) else {}
+        sub["type"] = "string"
+        return self.conv.visit(sub, ptr, base)
+
+    def pattern_keys(self, pattern_props: dict, additional: Any, known: list[str], ptr: str,
+                     base: str) -> list[tuple[Expr, Expr]]:
+        from halter.schemas.objects import key_complement
+        out = []
+        values = []
+        for pat, psub in pattern_props.items():
+            value = self.conv.visit(psub, f"{ptr}/patternProperties/{pat}", base)
+            values.append(value)
+            if value is not None:
+                out.append((self.key_pattern(pat, known, f"{ptr}/patternProperties"), value))
+        restrictive = any(psub not in (True, {}) for psub in pattern_props.values())
+        if len(pattern_props) > 1 and restrictive:
+            self.conv.unsupported("patternProperties", ptr, "a key matching several patterns must satisfy all of them")
+        if additional is not False:
+            if restrictive:
+                self.conv.unsupported("patternProperties", ptr, "keys matching a pattern could be written as additional properties")
+            value = self.conv.visit(additional, f"{ptr}/additionalProperties", base)
+            if value is not None:
+                out.append((key_complement(self.js, known), value))
+        return out
+
+
+def _fit_length(expr: Expr, lo: int, hi: int | None) -> Expr | None:
+    """``expr`` restricted to lengths lo..hi when that is simple: fixed parts around one repeat."""
+    items = list(expr.items) if isinstance(expr, Seq) else [expr]
+    reps = [i for i, it in enumerate(items) if isinstance(it, Repeat) and length_range(it.expr) == (1, 1)]
+    others = [it for i, it in enumerate(items) if i not in reps]
+    if len(reps) != 1 or any(length_range(o)[0] != length_range(o)[1] for o in others):
+        return None
+    fixed = sum(length_range(o)[0] for o in others)
+    r: Repeat = items[reps[0]]
+    new_min = max(r.min, lo - fixed)
+    new_max = r.max if hi is None else (hi - fixed if r.max is None else min(r.max, hi - fixed))
+    if new_max is not None and new_max < new_min:
+        return None
+    items[reps[0]] = Repeat(r.expr, new_min, new_max)
+    return Seq(tuple(items)) if len(items) > 1 else items[0]
