@@ -12,7 +12,8 @@ import hashlib
 import mmap
 import struct
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from gguf import GGUF_MAGIC, GGUFValueType, Keys
@@ -139,9 +140,17 @@ def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> di
             etype, count = struct.unpack_from("<IQ", buf, pos)
             pos += 12
             if etype == GGUFValueType.STRING:
-                items = []
+                items: list[bytes] = []
+                append, unpack = items.append, _U64.unpack_from
                 for _ in range(count):
-                    items.append(read_str())
+                    if pos + 8 > size:
+                        need(8)
+                    end = pos + 8 + unpack(buf, pos)[0]
+                    if end > size:
+                        need(end - pos)
+                    if keep:
+                        append(buf[pos + 8:end])
+                    pos = end
                 return items if keep else None
             if etype in _SCALAR:
                 fmt = _SCALAR[GGUFValueType(etype)]
@@ -231,10 +240,8 @@ class Vocabulary:
             scores = np.array(scores, dtype=np.float32, copy=True)
             scores.flags.writeable = False
         set_(self, "scores", scores)
-        index: dict[str, int] = {}
-        for i, text in enumerate(self.token_texts):
-            index.setdefault(text, i)
-        set_(self, "_index", index)
+        texts = self.token_texts   # first id wins for a repeated text
+        set_(self, "_index", dict(zip(reversed(texts), range(n - 1, -1, -1))))
         set_(self, "_fingerprint", None)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -280,6 +287,11 @@ class Vocabulary:
 
     def __len__(self) -> int:
         return len(self.token_bytes)
+
+    @property
+    def token_index(self) -> Mapping[str, int]:
+        """Read-only map from raw piece text to id (the lowest id when a text repeats)."""
+        return MappingProxyType(self._index)
 
     def find_token(self, text: str) -> int | None:
         """The id whose raw piece text is exactly ``text`` (e.g. ``"<|im_end|>"``), else None."""
