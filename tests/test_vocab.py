@@ -1,6 +1,7 @@
 """Vocabulary: token bytes, special and end-of-generation ids, GGUF errors."""
 from __future__ import annotations
 
+import pickle
 from functools import lru_cache
 from pathlib import Path
 
@@ -143,6 +144,8 @@ def test_token_types_and_fingerprint_are_stable_and_read_only():
     assert again.fingerprint() == v.fingerprint() and again == v
     assert v.fingerprint() != shared_vocab("phi-3").fingerprint()
     assert "size=32000" in repr(v)
+    copy = pickle.loads(pickle.dumps(v))
+    assert copy == v and copy.eos_id == v.eos_id and copy.special_ids == v.special_ids
 
 
 def test_gguf_metadata_reader_reads_values():

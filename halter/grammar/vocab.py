@@ -247,6 +247,11 @@ class Vocabulary:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Vocabulary is immutable (cannot set {name!r})")
 
+    def __reduce__(self) -> tuple[Any, ...]:   # pickling goes through __init__, not __setattr__
+        ids = {k: getattr(self, k) for k in ("bos_id", "eos_id", "eot_id", "eom_id", "unk_id", "pad_id",
+                                             "model", "scores")}
+        return (_restore, (self.token_bytes, self.token_texts, self.token_types, self.eog_ids, ids))
+
     # ----------------------------------------------------------------- construction
     @classmethod
     def from_token_bytes(cls, token_bytes: Sequence[bytes], *, eog_ids: Iterable[int] = (),
@@ -323,6 +328,11 @@ class Vocabulary:
 
     def __hash__(self) -> int:
         return hash(self.fingerprint())
+
+
+def _restore(token_bytes: Sequence[bytes], texts: Sequence[str], types: np.ndarray,
+             eog_ids: Iterable[int], kwargs: dict[str, Any]) -> Vocabulary:
+    return Vocabulary(token_bytes, texts, types, eog_ids=eog_ids, **kwargs)
 
 
 def _token_id(meta: dict[str, Any], key: str, default: int | None, n: int) -> int | None:
