@@ -184,8 +184,8 @@ def format_expr(expr: Expr, parent_prec: int = 0) -> str:
     if isinstance(expr, RuleRef):
         return expr.name
     if isinstance(expr, TokenRef):
-        inner = f"[{expr.token_id}]" if expr.token_id is not None else expr.text
-        return ("!" if expr.negated else "") + f"<{inner}>"
+        inner = f"<[{expr.token_id}]>" if expr.token_id is not None else expr.text
+        return ("!" if expr.negated else "") + inner
     if isinstance(expr, Seq):
         text = " ".join(format_expr(i, 1) for i in expr.items)
         return f"({text})" if parent_prec > 1 else text

@@ -1,0 +1,6 @@
+"""``python -m halter``: the command line."""
+import sys
+
+from halter.cli import main
+
+sys.exit(main())

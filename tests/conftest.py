@@ -1,0 +1,30 @@
+"""Shared test helpers: where the shared data lives, and skipping cleanly when it is absent."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared; skips the test when it is not there."""
+    p = SHARED.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"shared data not available: {p}")
+    return p
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Keep the compile cache of the test session out of the user's home."""
+    import os
+    d = tmp_path_factory.mktemp("halter-cache")
+    old = os.environ.get("HALTER_CACHE_DIR")
+    os.environ["HALTER_CACHE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("HALTER_CACHE_DIR", None)
+    else:
+        os.environ["HALTER_CACHE_DIR"] = old

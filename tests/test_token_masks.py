@@ -1,0 +1,229 @@
+"""Token masks: ``allowed_mask`` agrees with feeding each token's bytes to the character matcher.
+
+States are reached by random walks that pick allowed tokens (and so also check that every allowed
+token really can be accepted), on a synthetic vocabulary (checked in full) and on real vocabularies
+from ../shared/vocab (checked on a sample of tokens per state).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from halter import Grammar, Vocabulary
+from halter.grammar.compiled import CompiledGrammar
+from tests.conftest import shared_path
+
+JSON_GBNF = r'''
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array  ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [0-9]{0,15})? ws
+ws ::= | " " | "\n" [ \t]{0,20}
+'''
+
+GRAMMARS = {
+    "json": JSON_GBNF,
+    "left-recursive": 'root ::= expr "."\nexpr ::= expr ("+" | "*") term | term\nterm ::= [0-9]+ | "(" expr ")"',
+    "unicode": 'root ::= ("é" | [漢字] | "😀" | [a-c])+ "!"',
+    "ambiguous": 'root ::= ("ab" | "a" | "b" | "abc")* "z"',
+    "nested-optional": 'root ::= "<" name ("=" value)? ">"\nname ::= [a-z]{1,4}\nvalue ::= "\\"" [^"]* "\\""',
+}
+
+
+def synthetic_vocab() -> Vocabulary:
+    pieces = [bytes([b]) for b in range(256)]
+    pieces += [b"ab", b"abc", b"a+", b"+1", b"12", b"123", b"(1", b"1)", b"1).", b"{\"", b"\":", b"\": ",
+               b"\",", b"\"}", b"}", b" \"", b"true", b"null", b", \"", b"[1", b"1,", b"]}", b"\\u00",
+               "é".encode(), "漢".encode(), "😀".encode(), "é!".encode(), "😀".encode()[:2],
+               "😀".encode()[2:], "漢".encode()[:1], "漢".encode()[1:] + b"!", b"<a", b"=\"", b"\">",
+               b"zz", b"bz", b"abz", b"x\"", b"\"x"]
+    pieces += [b"<s>", b"</s>", b""]
+    n = len(pieces)
+    return Vocabulary.from_token_bytes(pieces, eog_ids=[n - 2], special_ids=[n - 3, n - 1])
+
+
+def brute_force(cg: CompiledGrammar, matcher, ids) -> np.ndarray:
+    """Allowed-ness of ``ids`` by copying the matcher and feeding each token alone."""
+    out = np.zeros(len(ids), dtype=bool)
+    for j, t in enumerate(ids):
+        m = matcher.copy()
+        out[j] = m.accept_token(int(t))
+    return out
+
+
+def random_walk_check(cg: CompiledGrammar, seed: int, steps: int, sample: int | None):
+    rng = random.Random(seed)
+    m = cg.matcher()
+    n_checked = 0
+    for _ in range(steps):
+        mask = m.allowed_mask()
+        if sample is None:
+            ids = np.arange(cg.vocab_size)
+        else:
+            allowed = np.flatnonzero(mask)
+            ids = np.unique(np.concatenate([
+                np.array(rng.sample(range(cg.vocab_size), sample)),
+                np.array(rng.sample(list(allowed), min(len(allowed), sample // 4)), dtype=np.int64)]))
+        expected = brute_force(cg, m, ids)
+        assert (mask[ids] == expected).all(), f"mismatch at tokens {ids[mask[ids] != expected][:10]}"
+        n_checked += 1
+        allowed = np.flatnonzero(mask)
+        if not len(allowed):
+            break
+        text_ids = [t for t in allowed if not cg.eog_mask[t]]
+        if not text_ids:
+            assert m.is_accepting()
+            break
+        # prefer longer tokens sometimes, and end-of-generation rarely, to reach deep states
+        t = rng.choice(text_ids)
+        assert m.is_allowed(int(t))
+        assert m.accept_token(int(t))
+    return n_checked
+
+
+@pytest.fixture(scope="module")
+def synth():
+    return synthetic_vocab()
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_masks_match_brute_force_on_synthetic_vocab(synth, name):
+    cg = Grammar.from_gbnf(GRAMMARS[name]).compile(synth, cache=False)
+    for seed in range(6):
+        assert random_walk_check(cg, seed, steps=40, sample=None) > 0
+
+
+def test_eog_allowed_exactly_when_grammar_may_end(synth):
+    cg = Grammar.from_gbnf('root ::= "ab" "c"?').compile(synth, cache=False)
+    eog = len(synth) - 2
+    m = cg.matcher()
+    assert not m.allowed_mask()[eog] and not m.is_allowed(eog)
+    assert m.accept_token(synth.token_bytes.index(b"ab"))
+    assert m.allowed_mask()[eog] and m.is_accepting() and not m.is_finished()
+    assert m.accept_token(eog)
+    assert m.is_finished() and not m.accept_token(ord("c"))
+    m.rollback(1)
+    assert m.accept_token(ord("c")) and m.is_finished()
+
+
+def test_special_tokens_never_come_from_text(synth):
+    cg = Grammar.from_gbnf("root ::= .*").compile(synth, cache=False)
+    mask = cg.matcher().allowed_mask()
+    assert not mask[len(synth) - 3] and not mask[len(synth) - 1]   # control and empty tokens
+
+
+def test_partial_utf8_tokens(synth):
+    cg = Grammar.from_gbnf('root ::= "😀" "漢!"').compile(synth, cache=False)
+    m = cg.matcher()
+    half = synth.token_bytes.index("😀".encode()[:2])
+    assert m.allowed_mask()[half]
+    assert m.accept_token(half)
+    assert m.accept_token(synth.token_bytes.index("😀".encode()[2:]))
+    lead = synth.token_bytes.index("漢".encode()[:1])
+    assert m.allowed_mask()[lead] and m.accept_token(lead)
+    rest = synth.token_bytes.index("漢".encode()[1:] + b"!")
+    assert m.allowed_mask().sum() >= 1 and m.allowed_mask()[rest]
+    assert m.accept_token(rest) and m.is_accepting()
+
+
+def test_token_references(synth):
+    bos = len(synth) - 3     # "<s>" is a control token
+    g = Grammar.from_gbnf('root ::= <[%d]> "a" !<[%d]> "b"' % (bos, ord("x")))
+    cg = g.compile(synth, cache=False)
+    m = cg.matcher()
+    mask = m.allowed_mask()
+    assert mask[bos] and mask.sum() == 1
+    assert m.accept_token(bos) and m.accept_token(ord("a"))
+    mask = m.allowed_mask()
+    assert not mask[ord("x")] and mask[ord("y")] and mask[synth.token_bytes.index(b"null")]
+    assert not mask[len(synth) - 2]                       # end-of-generation is not "any token"
+    assert m.accept_token(ord("y")) and m.accept_token(ord("b")) and m.is_accepting()
+    by_text = Grammar.from_gbnf('root ::= <s> "a"').compile(synth, cache=False).matcher()
+    assert by_text.accept_token(bos)
+    with pytest.raises(Exception, match="not a single token"):
+        Grammar.from_gbnf('root ::= <think>').compile(synth, cache=False)
+
+
+def test_bitmask_layout_and_rollback(synth):
+    cg = Grammar.from_gbnf(GRAMMARS["json"]).compile(synth, cache=False)
+    m = cg.matcher()
+    words = np.zeros((2, (len(synth) + 31) // 32), dtype=np.int32)
+    m.fill_bitmask(words, index=1)
+    mask = m.allowed_mask()
+    bits = np.array([(int(words[1, t // 32]) >> (t % 32)) & 1 for t in range(len(synth))], dtype=bool)
+    assert (bits == mask).all() and not words[0].any()
+    assert m.accept_token(synth.token_bytes.index(b"{\""))
+    assert m.accept_token(ord("k"))
+    inside = m.allowed_mask()
+    assert m.accept_token(synth.token_bytes.index(b"\": "))
+    m.rollback(1)
+    assert (m.allowed_mask() == inside).all()
+    assert not m.accept_token(1)          # a raw control character: rejected, nothing changes
+    assert (m.allowed_mask() == inside).all()
+
+
+def test_forced_bytes(synth):
+    cg = Grammar.from_gbnf('root ::= "{\\"name\\": \\"" [a-z]+ "\\"}"').compile(synth, cache=False)
+    m = cg.matcher()
+    assert m.forced_bytes() == b'{"name": "'
+    assert m.accept_bytes(m.forced_bytes())
+    assert m.forced_bytes() == b""
+    assert m.accept_token(ord("x"))
+    assert m.forced_bytes() == b""          # another letter or the closing quote
+
+
+def test_compile_cache_round_trip(synth, tmp_path):
+    g = Grammar.from_gbnf(GRAMMARS["json"])
+    cold = g.compile(synth)
+    warm = g.compile(synth)
+    assert warm.from_cache and not cold.from_cache
+    assert (warm.acc_bits == cold.acc_bits).all()
+    path = tmp_path / "tables.npz"
+    cold.save(path)
+    loaded = CompiledGrammar.load(path, g, synth)
+    assert random_walk_check(loaded, 3, steps=25, sample=None) > 0
+    other = Grammar.from_gbnf('root ::= "a"')
+    with pytest.raises(Exception, match="does not hold tables"):
+        CompiledGrammar.load(path, other, synth)
+
+
+# -- real vocabularies ----------------------------------------------------------------------------
+
+REAL = ["llama-spm", "gpt-2", "deepseek-llm"]
+
+
+@pytest.fixture(scope="module", params=REAL)
+def real_vocab(request):
+    return Vocabulary.from_gguf(shared_path("vocab", f"ggml-vocab-{request.param}.gguf"))
+
+
+@pytest.mark.parametrize("name", ["json", "unicode", "left-recursive"])
+def test_masks_match_brute_force_on_real_vocab(real_vocab, name):
+    cg = Grammar.from_gbnf(GRAMMARS[name]).compile(real_vocab)
+    for seed in range(2):
+        assert random_walk_check(cg, seed, steps=12, sample=400) > 0
+
+
+def test_json_document_token_by_token_on_real_vocab(real_vocab):
+    """Feed a realistic document with a greedy longest-match tokenization; every token is allowed."""
+    cg = Grammar.from_gbnf(GRAMMARS["json"]).compile(real_vocab)
+    index: dict[bytes, int] = {}
+    for i, b in enumerate(real_vocab.token_bytes):
+        if b and cg.text_token[i]:
+            index.setdefault(b, i)
+    doc = '{"name": "Jos\\u00e9 Ñandú 漢字", "age": 42, "tags": ["a", "b"], "n": {"x": -1.5e3, "ok": [true, null]}}'
+    data, pos, m = doc.encode(), 0, cg.matcher()
+    while pos < len(data):
+        for n in range(min(24, len(data) - pos), 0, -1):
+            tid = index.get(data[pos:pos + n])
+            if tid is not None:
+                break
+        assert m.allowed_mask()[tid], data[pos:pos + n]
+        assert m.accept_token(tid)
+        pos += n
+    assert m.is_accepting()
+    assert m.allowed_mask()[sorted(real_vocab.eog_ids)[0]]
