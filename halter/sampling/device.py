@@ -5,8 +5,10 @@ order top-k -> top-p -> min-p -> temperature -> dist (or greedy when ``temperatu
 ``[B, V]`` logits tensor at once. Only the ``[B]`` chosen tokens (and, if asked, the ``[B, k]``
 short candidate list) are produced; nothing is copied to the host unless the caller does it.
 The draw follows llama.cpp's backend ``dist``: the first candidate whose running probability
-reaches a uniform number ``u``, with ``u`` from a seeded ``std::mt19937`` per row (``rng="llama"``,
-one double per row and step crosses to the device) or from a torch generator on the device.
+reaches a uniform number ``u``, with ``u`` from a seeded ``std::mt19937`` per row (``rng="llama"``:
+the same stream as the numpy chain; it reads the ``[B]`` kept-candidate counts back, because
+llama.cpp draws nothing when one candidate is left, and sends ``[B]`` doubles to the device) or from
+a torch generator on the device (``rng="torch"``: no host round trip at all).
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ class DeviceSampler:
                    top_p=params.top_p if "top_p" in order else 1.0, min_p=params.min_p if "min_p" in order else 0.0,
                    min_keep=params.min_keep, seed=params.seed, rng=rng)
 
-    def _uniform(self, batch: int, device: torch.device) -> torch.Tensor:
+    def _uniform(self, batch: int, device: torch.device, n_kept: torch.Tensor) -> torch.Tensor:
         if self.rng == "torch":
             if self._generator is None or self._generator.device != device:
                 self._generator = torch.Generator(device=device)
@@ -92,7 +94,11 @@ class DeviceSampler:
             return torch.rand(batch, generator=self._generator, device=device, dtype=torch.float64)
         while len(self._streams) < batch:
             self._streams.append(Mt19937((self.seed + len(self._streams)) & 0xFFFFFFFF))
-        u = np.array([s.uniform_double() for s in self._streams[:batch]], dtype=np.float64)
+        # llama.cpp's dist draws nothing when one candidate is left: reading the [B] counts back is
+        # the one small host sync the llama-compatible stream costs (rng="torch" has none)
+        kept = n_kept.tolist()
+        u = np.array([s.uniform_double() if kept[b] > 1 else 0.5 for b, s in enumerate(self._streams[:batch])],
+                     dtype=np.float64)
         return torch.from_numpy(u).to(device, non_blocking=True)
 
     def reset(self) -> None:
@@ -132,7 +138,7 @@ class DeviceSampler:
             vals = vals / np.float32(self.temperature)
             probs = torch.softmax(vals, dim=-1)
             cum = torch.cumsum(probs.to(torch.float64), dim=-1)
-            target = self._uniform(B, x.device) * cum[:, -1]
+            target = self._uniform(B, x.device, keep.sum(dim=-1)) * cum[:, -1]
             choice = (cum < target.unsqueeze(-1)).sum(dim=-1).clamp_(max=k - 1)
         tokens = ids.gather(1, choice.unsqueeze(-1)).squeeze(-1)
         if single:
