@@ -8,7 +8,7 @@ import pytest
 
 from halter.cli import main
 
-JSON_ISH = 'root ::= "{" pair ("," [\n]? pair)* "}"\npair ::= [a-z]+ ":" [0-9]+\n'
+JSON_ISH = r'root ::= "{" pair ("," [\n]? pair)* "}"' + "\npair ::= [a-z]+ \":\" [0-9]+\n"
 
 
 @pytest.fixture()
