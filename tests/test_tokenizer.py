@@ -6,6 +6,8 @@ from pathlib import Path
 
 import gguf
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from halter.engine.pretokenize import PRE_TYPES, Pretokenizer
 from halter.engine.tokenizer import Tokenizer
@@ -223,3 +225,20 @@ def test_every_pre_tokenizer_partitions_the_text(pre):
     text = "Hello, y'all! 3333 ¿Qué tal?\t\n 我想在apple工作 нещо  …\u3000end  "
     words = Pretokenizer(pre).split(text)
     assert "".join(words) == text and all(words)
+
+
+_ALPHABET = list("aZ 9'sStTlLrReEvVdDmM\n\r\t.,!?-_$+<>~|`") + [
+    "é", "中", "\u3000", "\u00a0", "١", "\u0301", "😀", "\x85", "\x0b", "ǅ", "\ue000", "\u0378"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(_ALPHABET), max_size=14))
+def test_hand_written_scanners_agree_with_their_regexes(text):
+    """The GPT-2 and Llama-3 scanners split exactly as their regexes do through the regex path."""
+    from halter.engine import pretokenize as p
+    for expr, scan in ((p._GPT2, p._gpt2_pass), (p._LLAMA3, p._llama3_pass)):
+        pattern = p._python_regex(p._collapse_regex(expr))
+        collapsed = "".join(map(p._collapse_char, text))
+        by_regex = p._regex_pass(pattern, collapsed, [(0, len(text))])
+        by_scan = scan(text, [p.char_flags(c) for c in text], [(0, len(text))])
+        assert by_scan == by_regex

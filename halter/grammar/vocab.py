@@ -202,6 +202,8 @@ class Vocabulary:
         The named special ids; ``None`` when the vocabulary has none.
     model : str | None
         ``"llama"`` (SentencePiece) or ``"gpt2"`` (byte-level BPE) for GGUF vocabularies.
+    scores : numpy.ndarray[float32] | None
+        SentencePiece merge scores, read-only; ``None`` when the file has none.
     """
 
     __slots__ = ("token_bytes", "token_texts", "token_types", "eog_ids", "special_ids", "bos_id",
