@@ -6,7 +6,7 @@ rank first (leftmost on ties) until no listed merge applies. Results are cached 
 from __future__ import annotations
 
 import heapq
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from halter.grammar.vocab import gpt2_byte_encoder
 
@@ -16,7 +16,7 @@ _BYTE_CHARS = [gpt2_byte_encoder()[b] for b in range(256)]
 _CACHE_LIMIT = 100_000
 
 
-def parse_merges(merges: list[bytes]) -> dict[tuple[str, str], int]:
+def parse_merges(merges: Sequence[bytes | str]) -> dict[tuple[str, str], int]:
     """``tokenizer.ggml.merges`` ("left right", rank = position) -> {(left, right): rank}.
 
     As llama.cpp: the split is at the first space after the first character, and the first
@@ -24,7 +24,7 @@ def parse_merges(merges: list[bytes]) -> dict[tuple[str, str], int]:
     """
     pairs = []
     for raw in merges:
-        line = raw.decode("utf-8", errors="replace")
+        line = raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
         left, space, right = line[1:].partition(" ")
         pairs.append((line[:1] + left, right) if space else ("", ""))
     return dict(zip(reversed(pairs), range(len(pairs) - 1, -1, -1)))

@@ -8,7 +8,7 @@ llama.cpp's ``tokenizer_st_partition`` does; the remaining text goes through the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 from gguf import Keys
@@ -45,10 +45,13 @@ class Tokenizer:
         Whether the model wants BOS / EOS added around a prompt.
     """
 
-    def __init__(self, vocab: Vocabulary, *, merges: list[bytes] | None = None, pre: str | None = None,
+    def __init__(self, vocab: Vocabulary, *, merges: Sequence[bytes | str] | None = None, pre: str | None = None,
                  add_bos: bool | None = None, add_eos: bool = False,
                  add_space_prefix: bool | None = None, clean_spaces: bool | None = None,
-                 rstrip_ids: Iterable[int] = (), bos_id: int | None = -1) -> None:
+                 rstrip_ids: Iterable[int] = ()) -> None:
+        """Usually built by :meth:`from_gguf`. ``merges`` ("left right" lines, rank = position) and
+        ``pre`` are required for byte-level BPE; ``None`` flags take llama.cpp's defaults for the
+        model and pre-tokenizer; ``rstrip_ids`` are special tokens that swallow following spaces."""
         if vocab.model not in ("llama", "gpt2"):
             raise ValueError(f"vocabulary model must be 'llama' or 'gpt2', not {vocab.model!r}")
         self.vocab = vocab
@@ -63,7 +66,7 @@ class Tokenizer:
             if merges is None:
                 raise ValueError("a byte-level BPE tokenizer needs its merges")
         self.pre = None if spm else pre
-        self.bos_id = (None if options.get("no_bos") else vocab.bos_id) if bos_id == -1 else bos_id
+        self.bos_id = None if options.get("no_bos") else vocab.bos_id   # glm4 has no BOS
         self.eos_id = vocab.eos_id
         self.eog_ids = vocab.eog_ids
         self.n_vocab = vocab.size
