@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_fixtures import tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
+from tests.engine_fixtures import tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
 from halter.engine import Model
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine_fixtures import Greedy, tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
+from tests.engine_fixtures import Greedy, tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
 from halter.engine import Model
 from halter.engine.generation import complete_utf8_prefix
 
@@ -147,3 +147,20 @@ def test_bad_arguments_are_clear(model: Model) -> None:
         model.generate(PROMPT, max_tokens=1, sampler=Greedy(), temperature=0.5)
     with pytest.raises(ValueError, match="empty"):
         model.generate([], max_tokens=1, sampler=Greedy())
+
+
+GRAMMAR = 'root ::= "{\\"n\\": " [1-9] [0-9]* "}"'
+
+
+@pytest.mark.parametrize("grammar_first", [False, True])
+def test_grammar_constrains_sampled_output(model: Model, grammar_first: bool) -> None:
+    grammar_mod = pytest.importorskip("halter.grammar")
+    compiled = grammar_mod.Grammar.from_gbnf(GRAMMAR).compile(model.vocab)
+    matcher = compiled.matcher()
+    for seed in range(3):
+        res = model.generate(PROMPT, max_tokens=40, grammar=matcher, temperature=1.0, seed=seed,
+                             grammar_first=grammar_first)
+        assert res.text.startswith('{"n": ') and res.text[6:7] in "123456789"
+        if res.finish_reason == "stop":
+            assert grammar_mod.Grammar.from_gbnf(GRAMMAR).matches(res.text)
+    assert matcher.num_accepted == 0                      # the caller's matcher was not advanced

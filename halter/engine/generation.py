@@ -119,9 +119,14 @@ def _make_sampler(model: "Model", sampler: Any, sampling: Any, seed: int | None,
 
 
 def _make_matcher(model: "Model", grammar: Any) -> Any:
-    """A ``TokenMatcher`` from GBNF text, a ``Grammar``, a ``CompiledGrammar`` or a matcher."""
-    if grammar is None or hasattr(grammar, "fill_bitmask"):
-        return grammar
+    """A ``TokenMatcher`` from GBNF text, a ``Grammar``, a ``CompiledGrammar`` or a matcher.
+
+    A matcher the caller passes is copied, never advanced in place.
+    """
+    if grammar is None:
+        return None
+    if hasattr(grammar, "fill_bitmask"):
+        return grammar.copy() if hasattr(grammar, "copy") else grammar
     if isinstance(grammar, str):
         from halter.grammar import Grammar
         grammar = Grammar.from_gbnf(grammar)

@@ -168,9 +168,12 @@ class Model:
         cells = self.cache.reserve(list(seq_ids), positions)
         n_attend = int(max(self.cache.used[s] for s in seq_ids))
         dev = self.device
+        first = int(seq_ids[0])
+        span = (first, first + len(seq_ids)) if list(seq_ids) == list(range(first, first + len(seq_ids))) \
+            else None
         logits = self.net(ids.to(dev), torch.as_tensor(positions, device=dev),
                           torch.as_tensor(list(seq_ids), device=dev), torch.as_tensor(cells, device=dev),
-                          self.cache, self.rope, n_attend, last_only=not all_logits)
+                          self.cache, self.rope, n_attend, last_only=not all_logits, row_span=span)
         return logits if all_logits else logits[:, -1]
 
     def eval_prompt(self, tokens: Sequence[int], seq_id: int = 0, *, all_logits: bool = False

@@ -41,8 +41,8 @@ class Attention(nn.Module):
         self.wo = nn.Linear(q, c.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
-                cache: KVCache, rows: torch.Tensor, cells: torch.Tensor, mask: torch.Tensor,
-                n_attend: int) -> torch.Tensor:
+                cache: KVCache, row_ids: torch.Tensor, rows: torch.Tensor | slice,
+                cells: torch.Tensor, mask: torch.Tensor, n_attend: int) -> torch.Tensor:
         B, T, _ = x.shape
         q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
         q, k, v = self.wqkv(x).split([q_dim, kv_dim, kv_dim], dim=-1)
@@ -50,13 +50,19 @@ class Attention(nn.Module):
         k = rope.apply(k.view(B, T, self.n_head_kv, self.head_dim), cos, sin)
         v = v.view(B, T, self.n_head_kv, self.head_dim)
         k_cache, v_cache = cache.k[self.layer], cache.v[self.layer]   # [S, Hkv, C, D]
-        k_cache[rows[:, None], :, cells] = k                           # indexed view: [B, T, Hkv, D]
-        v_cache[rows[:, None], :, cells] = v
-        keys = k_cache.index_select(0, rows)[:, :, :n_attend]          # [B, Hkv, L, D]
-        values = v_cache.index_select(0, rows)[:, :, :n_attend]
+        k_cache[row_ids[:, None], :, cells] = k                        # indexed view: [B, T, Hkv, D]
+        v_cache[row_ids[:, None], :, cells] = v
+        keys, values = _rows(k_cache, rows, n_attend), _rows(v_cache, rows, n_attend)  # [B, Hkv, L, D]
         y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
                                            enable_gqa=self.n_head != self.n_head_kv)
         return self.wo(y.transpose(1, 2).reshape(B, T, q_dim))
+
+
+def _rows(cache: torch.Tensor, rows: torch.Tensor | slice, n_attend: int) -> torch.Tensor:
+    """The first ``n_attend`` cells of the given cache rows: a view for a slice, else a gather."""
+    if isinstance(rows, slice):
+        return cache[rows, :, :n_attend]
+    return cache[:, :, :n_attend].index_select(0, rows)
 
 
 class FeedForward(nn.Module):
@@ -96,23 +102,25 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(c.n_embd, c.norm_eps)
         self.output = nn.Linear(c.n_embd, c.n_vocab, bias=False)
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor,
                 cells: torch.Tensor, cache: KVCache, rope: Rope, n_attend: int,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, row_span: tuple[int, int] | None = None) -> torch.Tensor:
         """Logits (float32) for ``tokens [B, T]`` at positions ``pos [B, T]`` of sequences ``rows [B]``.
 
         ``cells [B, T]`` are the cache cells reserved for the new tokens; attention covers the
-        first ``n_attend`` cells of each row. Returns ``[B, T, n_vocab]``, or ``[B, 1, n_vocab]``
+        first ``n_attend`` cells of each row. When the rows are consecutive, ``row_span``
+        (first, end) lets attention read views of the cache instead of gathering copies. Returns ``[B, T, n_vocab]``, or ``[B, 1, n_vocab]``
         when ``last_only``.
         """
-        cached_pos = cache.pos.index_select(0, rows)[:, :n_attend]                 # [B, L]
+        rows: torch.Tensor | slice = row_ids if row_span is None else slice(*row_span)
+        cached_pos = _rows(cache.pos[:, None], rows, n_attend)[:, 0]               # [B, L]
         mask = (cached_pos[:, None, :] <= pos[:, :, None]) & (cached_pos[:, None, :] >= 0)
         mask = mask.unsqueeze(1)                                                    # [B, 1, T, L]
         cos, sin = rope.cos_sin(pos)
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)                               # [B, T, 1, D/2]
         x = self.tok_embeddings(tokens)
         for layer in self.layers:
-            x = layer(x, cos, sin, rope, cache, rows, cells, mask, n_attend)
+            x = layer(x, cos, sin, rope, cache, row_ids, rows, cells, mask, n_attend)
         if last_only:
             x = x[:, -1:]
         return self.output(self.norm(x)).float()

@@ -1,0 +1,145 @@
+"""Engine throughput: prompt processing and decode tokens/s, against transformers in the same run.
+
+CPU (always): a ~100M-parameter random llama GGUF (F16 on disk, run in fp32) built into a temp
+dir; halter's engine and transformers' CPU ``generate`` on the same weights, greedy, medians of
+``--repeats`` runs, ratio halter / transformers.
+GPU (only when ``torch.cuda.is_available()``): a ~1B-parameter llama in bf16, decode at batch 1
+and batch 16, with the fraction of the memory-bandwidth bound reached (weight + KV bytes read per
+step divided by the step time, over the device-to-device copy bandwidth measured in this run).
+
+Run by hand:  python bench/engine_bench.py [--repeats 5] [--prompt 128] [--decode 32] [--threads N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from halter.engine import Model, build_tiny_gguf
+
+
+def median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bench_cpu(tmp: str, args: argparse.Namespace) -> None:
+    path = build_tiny_gguf(os.path.join(tmp, "bench-100m.gguf"), n_layer=16, n_embd=768, n_head=12,
+                           n_head_kv=4, n_ff=2048, dtype="F16", seed=1)
+    model = Model.load(path, device="cpu", dtype="f32", n_ctx=args.prompt + args.decode + 8,
+                       progress=False)
+    n_params = sum(p.numel() for p in model.net.parameters())
+    prompt = torch.randint(0, 300, (args.prompt,), generator=torch.Generator().manual_seed(0)).tolist()
+
+    def ours_prompt() -> None:
+        model.cache.clear()
+        model.eval_prompt(prompt, 0)
+
+    def ours_decode() -> None:
+        model.generate(prompt, max_tokens=args.decode, temperature=0.0,
+                       ignore_eos=True)
+
+    from transformers import AutoModelForCausalLM
+    hf = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=os.path.basename(path),
+                                              dtype=torch.float32).eval()
+    ids = torch.tensor([prompt])
+
+    def hf_prompt() -> None:
+        with torch.no_grad():
+            hf(ids, use_cache=True)
+
+    def hf_generate() -> None:
+        with torch.no_grad():
+            hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.decode,
+                        min_new_tokens=args.decode, do_sample=False, pad_token_id=0)
+
+    for fn in (ours_prompt, hf_prompt):      # warm-up
+        fn()
+    t_ours_pp = median_time(ours_prompt, args.repeats)
+    t_hf_pp = median_time(hf_prompt, args.repeats)
+    # decode = (prompt + n decode steps) - prompt
+    t_ours_gen = median_time(ours_decode, args.repeats) - t_ours_pp
+    t_hf_gen = median_time(hf_generate, args.repeats) - t_hf_pp
+    pp_ours, pp_hf = args.prompt / t_ours_pp, args.prompt / t_hf_pp
+    tg_ours, tg_hf = args.decode / t_ours_gen, args.decode / t_hf_gen
+    print(f"\n## CPU, {n_params / 1e6:.0f}M-parameter llama (fp32), torch threads = {torch.get_num_threads()}")
+    print("| phase | halter tok/s | transformers tok/s | ratio |")
+    print("|---|---:|---:|---:|")
+    print(f"| prompt processing ({args.prompt} tokens) | {pp_ours:.1f} | {pp_hf:.1f} | {pp_ours / pp_hf:.2f} |")
+    print(f"| decode ({args.decode} tokens, greedy) | {tg_ours:.1f} | {tg_hf:.1f} | {tg_ours / tg_hf:.2f} |")
+
+
+def bench_gpu(tmp: str, args: argparse.Namespace) -> None:
+    path = build_tiny_gguf(os.path.join(tmp, "bench-1b.gguf"), n_layer=16, n_embd=2048, n_head=32,
+                           n_head_kv=8, n_ff=8192, dtype="F16", seed=2)
+    n_ctx = args.prompt + args.decode + 8
+    model = Model.load(path, device="cuda", dtype="bf16", n_ctx=n_ctx, n_seq_max=16, progress=False)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.net.parameters())
+    big = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    t_copy = median_time(lambda: big.clone(), 5)
+    copy_bw = 2 * big.numel() / t_copy                          # read + write
+    prompt = list(range(10, 10 + args.prompt))
+    print(f"\n## GPU {torch.cuda.get_device_name()}, {weight_bytes / 2 / 1e9:.2f}B-parameter llama (bf16)")
+    print(f"device copy bandwidth (measured): {copy_bw / 1e9:.0f} GB/s")
+    print("| batch | decode tok/s (all rows) | ms/step | GB/s read | fraction of bound |")
+    print("|---:|---:|---:|---:|---:|")
+    for batch in (1, 16):
+        model.cache.clear()
+        seqs = list(range(batch))
+        for s in seqs:
+            model.eval_prompt(prompt, s)
+
+        def steps() -> None:
+            for _ in range(args.decode):
+                model.decode([[11]] * batch, seqs)
+
+        def reset() -> None:
+            for s in seqs:
+                model.cache.seq_rm(s, args.prompt, None)
+
+        steps(); reset()
+        times = []
+        for _ in range(args.repeats):
+            times.append(median_time(steps, 1))
+            reset()
+        t_step = statistics.median(times) / args.decode
+        kv_bytes = 2 * model.config.n_layer * batch * model.config.n_head_kv * model.config.head_dim \
+            * (args.prompt + args.decode // 2) * 2
+        read = (weight_bytes + kv_bytes) / t_step
+        print(f"| {batch} | {batch / t_step:.0f} | {t_step * 1e3:.2f} | {read / 1e9:.0f} | {read / copy_bw:.2f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"# engine_bench: {' '.join(sys.argv)}")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"{time.strftime('%Y-%m-%d')}, load average {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_cpu(tmp, args)
+        if torch.cuda.is_available():
+            bench_gpu(tmp, args)
+        else:
+            print("\nno CUDA device: GPU part skipped")
+
+
+if __name__ == "__main__":
+    main()
