@@ -1,0 +1,442 @@
+"""The structured-output API: ``halter.generate`` and ``halter.generate_batch``.
+
+One call turns a constraint (GBNF ``grammar``, ``json_schema``, ``regex``, a Python/Pydantic
+``output_type`` or an OpenAI-style ``response_format``) into a compiled grammar for the model's
+vocabulary (kept per model, so repeated calls do not recompile), runs the engine's sampling loop
+with it, and returns a ``Completion`` whose ``value`` is parsed and validated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from halter.chat import chat_template_of, is_chat_prompt, render_chat
+from halter.completion import Completion, CompletionStream, Usage
+from halter.errors import GrammarError, NoValidTokenError, SchemaError
+
+__all__ = ["generate", "generate_batch", "resolve_constraint", "Constraint"]
+
+_CONSTRAINTS = ("grammar", "json_schema", "regex", "output_type", "response_format")
+_CACHE_SIZE = 32
+_compiled_cache: "weakref.WeakKeyDictionary[Any, OrderedDict]" = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A compiled grammar plus how to turn accepted text into a value."""
+
+    compiled: Any                                  # CompiledGrammar, or None (unconstrained)
+    parse: Callable[[str], Any]
+
+    def matches(self, text: str) -> bool:
+        if self.compiled is None:
+            return True
+        try:
+            return bool(self.compiled.grammar.matches(text))
+        except GrammarError:                       # token-reference grammars match tokens, not text
+            return False
+
+
+# -- constraints --------------------------------------------------------------------------------
+
+def _json_parser(schema: Any) -> Callable[[str], Any]:
+    import jsonschema
+
+    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+
+    def parse(text: str) -> Any:
+        value = json.loads(text)
+        err = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        if err is not None:
+            ptr = "#" + "".join(f"/{p}" for p in err.absolute_path)
+            raise SchemaError(f"the output does not validate against the schema: {err.message}",
+                              ptr, err.validator)
+        return value
+    return parse
+
+
+def _type_parser(tp: Any) -> tuple[dict, Callable[[str], Any]]:
+    """(JSON Schema, validating parser) of a Pydantic model class or a Python type."""
+    import pydantic
+
+    if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+        schema, validate = tp.model_json_schema(), tp.model_validate_json
+    else:
+        try:
+            adapter = pydantic.TypeAdapter(tp)
+            schema = adapter.json_schema()
+        except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as err:
+            raise SchemaError(f"output_type {tp!r} has no JSON form: {err}") from None
+        validate = adapter.validate_json
+
+    def parse(text: str) -> Any:
+        try:
+            return validate(text)
+        except pydantic.ValidationError as err:
+            raise SchemaError(f"the output does not validate as {tp!r}: {err}") from None
+    return schema, parse
+
+
+def _response_format_schema(rf: Any) -> Any:
+    if not isinstance(rf, Mapping) or rf.get("type") not in ("text", "json_object", "json_schema"):
+        raise ValueError(f"response_format type must be one of 'text', 'json_object', 'json_schema'; got {rf!r}")
+    if rf["type"] == "text":
+        return None
+    if rf["type"] == "json_object":
+        return rf.get("schema", {"type": "object"})
+    envelope = rf.get("json_schema")
+    if not isinstance(envelope, Mapping) or "schema" not in envelope:
+        raise ValueError("response_format {'type': 'json_schema'} needs {'json_schema': {'schema': {...}}}")
+    return envelope["schema"]
+
+
+def _load_schema(schema: Any) -> Any:
+    """A private deep copy of a schema given as dict/bool or JSON text."""
+    if isinstance(schema, str):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"json_schema is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    if isinstance(schema, (bool, Mapping)):
+        return json.loads(json.dumps(schema))
+    raise TypeError(f"json_schema must be a dict, a bool, JSON text or a Pydantic model class, not {type(schema).__name__}")
+
+
+def resolve_constraint(model: Any, *, grammar: Any = None, json_schema: Any = None, regex: str | None = None,
+                       output_type: Any = None, response_format: Any = None,
+                       schema_options: Mapping[str, Any] | None = None) -> Constraint:
+    """The compiled grammar and parser for at most one constraint, compiled for ``model.vocab``.
+
+    ``schema_options`` go to ``json_schema_to_gbnf`` (``whitespace``, ``strict``,
+    ``closed_objects``, ``prop_order``) for the JSON constraints.
+    """
+    opts = dict(schema_options or {})
+    given = [(n, v) for n, v in zip(_CONSTRAINTS, (grammar, json_schema, regex, output_type, response_format))
+             if v is not None]
+    if len(given) > 1:
+        raise TypeError(f"pass at most one of {', '.join(_CONSTRAINTS)}; got {given[0][0]} and {given[1][0]}")
+    if not given:
+        return Constraint(None, lambda text: text)
+    kind, spec = given[0]
+    if kind == "response_format":
+        spec = _response_format_schema(spec)
+        if spec is None:
+            return Constraint(None, lambda text: text)
+        kind = "json_schema"
+    if kind == "json_schema":
+        import pydantic
+        if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
+            kind = "output_type"
+    key: Any = None
+    from halter.grammar.compiled import CompiledGrammar
+    if kind == "grammar" and isinstance(spec, CompiledGrammar):
+        if spec.vocab_size != model.vocab.size:
+            raise GrammarError(f"the grammar was compiled for a vocabulary of {spec.vocab_size} tokens; "
+                               f"this model's has {model.vocab.size}")
+        return Constraint(spec, lambda text: text)
+    if kind == "grammar":
+        if not isinstance(spec, str) and not hasattr(spec, "compile"):
+            raise TypeError(f"grammar must be GBNF text, a Grammar or a CompiledGrammar, not {type(spec).__name__}")
+        key = ("gbnf", spec if isinstance(spec, str) else str(spec))
+    elif kind == "json_schema":
+        spec = _load_schema(spec)
+        key = ("schema", json.dumps(spec, sort_keys=True))
+    elif kind == "regex":
+        if not isinstance(spec, str):
+            raise TypeError(f"regex must be a str, not {type(spec).__name__}")
+        key = ("regex", spec)
+    else:
+        try:
+            key = ("type", spec, hash(spec))
+        except TypeError:
+            key = None
+    if key is not None and kind != "grammar" and kind != "regex":
+        key = (*key, json.dumps(opts, sort_keys=True, default=str))
+    per_model = _compiled_cache.setdefault(model, OrderedDict())
+    if key is not None and key in per_model:
+        per_model.move_to_end(key)
+        return per_model[key]
+    constraint = _build(model, kind, spec, opts)
+    if key is not None:
+        per_model[key] = constraint
+        while len(per_model) > _CACHE_SIZE:
+            per_model.popitem(last=False)
+    return constraint
+
+
+def _build(model: Any, kind: str, spec: Any, opts: dict[str, Any]) -> Constraint:
+    from halter.grammar import Grammar
+    from halter.schemas import json_schema_to_gbnf, regex_to_gbnf
+
+    parse: Callable[[str], Any] = lambda text: text  # noqa: E731
+    if kind == "grammar":
+        g = Grammar.from_gbnf(spec) if isinstance(spec, str) else spec
+    elif kind == "regex":
+        g = Grammar.from_gbnf(regex_to_gbnf(spec))
+    else:
+        if kind == "output_type":          # a Python type's JSON has only its own fields
+            spec, parse = _type_parser(spec)
+            opts = {"closed_objects": True, **opts}
+        else:
+            parse = _json_parser(spec)
+        g = Grammar.from_gbnf(json_schema_to_gbnf(spec, **opts))
+    return Constraint(g.compile(model.vocab), parse)
+
+
+# -- prompts and samplers ------------------------------------------------------------------------
+
+def _prompt_args(model: Any, prompt: Any, chat_template: str | None) -> tuple[Any, dict[str, Any]]:
+    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template."""
+    if isinstance(prompt, str):
+        return prompt, {}
+    if is_chat_prompt(prompt):
+        vocab = model.vocab
+        text_of = lambda i: "" if i is None else vocab.token_bytes[i].decode("utf-8", "replace") \
+            if vocab.token_bytes[i] else vocab.token_texts[i]  # noqa: E731
+        bos, eos = text_of(vocab.bos_id), text_of(vocab.eos_id)
+        template = chat_template if chat_template is not None else chat_template_of(model)
+        text = render_chat(template, prompt, bos_token=bos, eos_token=eos)
+        return text, {"parse_special": True, "add_bos": None if not bos or not text.startswith(bos) else False}
+    if isinstance(prompt, (list, tuple, np.ndarray)) and all(isinstance(t, (int, np.integer)) for t in prompt):
+        return [int(t) for t in prompt], {}
+    raise TypeError("prompt must be a str, a list of token ids or a list of chat messages "
+                    f"({{'role': ..., 'content': ...}}), not {type(prompt).__name__}")
+
+
+_FIELDS = {f.name for f in dataclasses.fields(__import__("halter.sampling", fromlist=["SamplingParams"]).SamplingParams)}
+
+
+def _params(sampling: Any, kwargs: Mapping[str, Any]) -> Any:
+    from halter.sampling import SamplingParams
+
+    unknown = sorted(set(kwargs) - _FIELDS)
+    if unknown:
+        raise TypeError(f"unknown sampling parameter(s): {', '.join(unknown)}")
+    if sampling is not None and not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling must be a halter.sampling.SamplingParams, not {type(sampling).__name__}")
+    params = sampling if sampling is not None else SamplingParams()
+    return params.replace(**kwargs) if kwargs else params
+
+
+def _chain(model: Any, params: Any) -> Any:
+    vocab = model.vocab
+    return params.build(model.n_vocab, vocab=vocab.token_bytes if params.dry_multiplier > 0 else None,
+                        eog_ids=vocab.eog_ids, n_ctx_train=model.config.n_ctx_train)
+
+
+def _replay(constraint: Constraint, tokens: Sequence[int]) -> Any:
+    """A fresh matcher advanced over ``tokens`` (the engine keeps its own matcher private)."""
+    if constraint.compiled is None:
+        return None
+    matcher = constraint.compiled.matcher()
+    for t in tokens:
+        if not matcher.accept_token(t):
+            raise NoValidTokenError(f"the grammar rejects generated token {t}; the engine left the mask")
+    return matcher
+
+
+def _finish(constraint: Constraint, matcher: Any, text: str, tokens: list[int], reason: str,
+            prompt_tokens: int, seed: int | None, timings: Any) -> Completion:
+    if matcher is None:
+        complete = True
+    elif reason == "stop":
+        complete = True                    # EOG is only allowed where the grammar may end
+        if matcher.is_finished():
+            reason = "grammar"
+    elif reason == "length":
+        complete = bool(matcher.is_accepting())
+    else:                                  # stop string: the text was cut, check it afresh
+        complete = constraint.matches(text)
+    return Completion(text=text, complete=complete, finish_reason=reason, tokens=list(tokens),
+                      usage=Usage(prompt_tokens, len(tokens)), seed=seed, timings=timings,
+                      _parse=constraint.parse)
+
+
+# -- generate -------------------------------------------------------------------------------------
+
+def generate(model: Any, prompt: Any, *, grammar: Any = None, json_schema: Any = None,
+             regex: str | None = None, output_type: Any = None, response_format: Any = None,
+             max_tokens: int = 256, stop: str | Sequence[str] = (), sampling: Any = None,
+             grammar_first: bool = False, stream: bool = False, chat_template: str | None = None,
+             schema_options: Mapping[str, Any] | None = None,
+             **sampling_kwargs: Any) -> Completion | CompletionStream:
+    """Generate a continuation of ``prompt`` that obeys at most one constraint.
+
+    ``prompt``: text, token ids, or chat messages (rendered with the model's chat template).
+    Sampling: ``sampling=SamplingParams(...)`` and/or its fields as keywords (``temperature``,
+    ``top_k``, ``top_p``, ``min_p``, ``seed``, ...). Returns a ``Completion``; with
+    ``stream=True`` a ``CompletionStream`` of text pieces whose ``completion`` is set at the end.
+    """
+    constraint = resolve_constraint(model, grammar=grammar, json_schema=json_schema, regex=regex,
+                                    output_type=output_type, response_format=response_format,
+                                    schema_options=schema_options)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise ValueError(f"max_tokens must be an int >= 0, not {max_tokens!r}")
+    engine_prompt, tok_kwargs = _prompt_args(model, prompt, chat_template)
+    chain = _chain(model, _params(sampling, sampling_kwargs))
+    from halter.engine.generation import generate as engine_generate
+
+    out = engine_generate(model, engine_prompt, max_tokens=max_tokens, sampler=chain,
+                          grammar=constraint.compiled, stop=stop, stream=stream,
+                          grammar_first=grammar_first, **tok_kwargs)
+
+    def finish(result: Any) -> Completion:
+        return _finish(constraint, _replay(constraint, result.tokens), result.text, result.tokens,
+                       result.finish_reason, result.prompt_tokens, chain.seed, result.timings)
+    if stream:
+        return CompletionStream(iter(out), lambda: finish(out.result))
+    return finish(out)
+
+
+def _per_prompt(name: str, value: Any, n: int) -> list[Any]:
+    if isinstance(value, list):
+        if len(value) != n:
+            raise ValueError(f"{name} has {len(value)} entries for {n} prompts")
+        return value
+    return [value] * n
+
+
+def generate_batch(model: Any, prompts: Sequence[Any], *, grammar: Any = None, json_schema: Any = None,
+                   regex: Any = None, output_type: Any = None, response_format: Any = None,
+                   max_tokens: int = 256, stop: str | Sequence[str] = (), sampling: Any = None,
+                   grammar_first: bool = False, seed: int | Sequence[int] | None = None,
+                   chat_template: str | None = None, schema_options: Mapping[str, Any] | None = None,
+                   **sampling_kwargs: Any) -> list[Completion]:
+    """Generate for several prompts at once, decoding them together in the model's KV cache.
+
+    Each constraint argument is one value for every prompt or a list with one per prompt; ``seed``
+    likewise. Row ``i`` equals ``generate(model, prompts[i], ..., seed=seed[i])``.
+    """
+    from halter.engine.generation import Timings
+
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TypeError("prompts must be a list of prompts")
+    n = len(prompts)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise ValueError(f"max_tokens must be an int >= 0, not {max_tokens!r}")
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if any(not isinstance(s, str) or not s for s in stops):
+        raise ValueError(f"stop strings must be non-empty str, got {stops!r}")
+    cons = dict(zip(_CONSTRAINTS, (grammar, json_schema, regex, output_type, response_format)))
+    per = {k: _per_prompt(k, v, n) for k, v in cons.items()}
+    seeds = list(seed) if isinstance(seed, Sequence) else [seed] * n
+    if len(seeds) != n:
+        raise ValueError(f"seed has {len(seeds)} entries for {n} prompts")
+    params = _params(sampling, sampling_kwargs)
+    rows = []
+    for i, p in enumerate(prompts):
+        c = resolve_constraint(model, schema_options=schema_options, **{k: per[k][i] for k in _CONSTRAINTS})
+        engine_prompt, kw = _prompt_args(model, p, chat_template)
+        if isinstance(engine_prompt, str):
+            toks = list(model.tokenizer.encode(engine_prompt, add_bos=kw.get("add_bos"),
+                                               parse_special=kw.get("parse_special", False)))
+        else:
+            toks = engine_prompt
+        if not toks or len(toks) > model.n_ctx - 4:
+            raise ValueError(f"prompt {i} has {len(toks)} tokens; it must have 1..{model.n_ctx - 4}")
+        chain = _chain(model, params if seeds[i] is None else params.replace(seed=seeds[i]))
+        rows.append(_Row(c, c.compiled.matcher() if c.compiled is not None else None, chain, toks,
+                         Timings(prompt_tokens=len(toks))))
+    width = max(1, model.cache.n_seq)
+    for start in range(0, n, width):
+        _run_rows(model, rows[start:start + width], [s.encode() for s in stops], max_tokens, grammar_first)
+    return [_finish(r.constraint, r.matcher, r.out.decode("utf-8", errors="replace"), r.tokens, r.reason,
+                    len(r.prompt), r.chain.seed, r.timings) for r in rows]
+
+
+@dataclass
+class _Row:
+    constraint: Constraint
+    matcher: Any
+    chain: Any
+    prompt: list[int]
+    timings: Any
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    out: bytearray = dataclasses.field(default_factory=bytearray)
+    reason: str = "length"
+    done: bool = False
+
+
+def _run_rows(model: Any, rows: list[_Row], stops: list[bytes], max_tokens: int, grammar_first: bool) -> None:
+    """The engine's sampling step, for several cache sequences decoded in one forward pass each."""
+    from halter.engine.generation import _find_stop, _shift_context
+    from halter.grammar.bitmask import allocate_bitmask, apply_bitmask
+
+    vocab = model.vocab
+    eog, token_bytes, n_text = set(vocab.eog_ids), vocab.token_bytes, len(vocab.token_bytes)
+    bos = getattr(model.tokenizer, "bos_id", None)
+    logits: dict[int, np.ndarray] = {}
+    t0 = time.perf_counter()
+    for seq, r in enumerate(rows):
+        r.chain.accept_prompt(r.prompt) if hasattr(r.chain, "accept_prompt") else [r.chain.accept(t) for t in r.prompt]
+        model.cache.clear(seq)
+        logits[seq] = model.eval_prompt(r.prompt, seq).float().cpu().numpy()
+        r.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
+    bitmask = allocate_bitmask(None, n_text)
+    t_loop = time.perf_counter()
+    for _ in range(max_tokens):
+        feed: list[tuple[int, int]] = []
+        for seq, r in enumerate(rows):
+            if r.done:
+                continue
+            token = _step(r, logits[seq], bitmask, n_text, grammar_first, apply_bitmask)
+            if token in eog:
+                r.reason, r.done = "stop", True
+                continue
+            if r.matcher is not None and not r.matcher.accept_token(token):
+                raise NoValidTokenError(f"the grammar rejected token {token} ({token_bytes[token]!r}) that the mask allowed")
+            r.tokens.append(token)
+            r.out += token_bytes[token] if token < n_text else b""
+            hit = _find_stop(r.out, stops, 0)
+            if hit is not None:
+                del r.out[hit:]
+                r.reason, r.done = "stop_string", True
+            elif r.matcher is not None and r.matcher.is_finished():
+                r.reason, r.done = "stop", True
+            elif len(r.tokens) >= max_tokens:
+                r.done = True
+            else:
+                if model.cache.seq_pos_max(seq) + 1 >= model.n_ctx:
+                    keep = min(len(r.prompt), int(bos is not None and r.prompt[0] == bos))
+                    _shift_context(model, seq, keep, r.timings)
+                feed.append((seq, token))
+        if not feed:
+            break
+        out = model.decode([[t] for _, t in feed], [s for s, _ in feed]).float().cpu().numpy()
+        for (seq, _), row in zip(feed, out):
+            logits[seq] = row
+    for r in rows:
+        r.timings.generated_tokens = len(r.tokens)
+        r.timings.decode_ms = (time.perf_counter() - t_loop) * 1e3
+
+
+def _step(r: _Row, logits: np.ndarray, bitmask: np.ndarray, n_text: int, grammar_first: bool,
+          apply_bitmask: Callable[..., Any]) -> int:
+    t = time.perf_counter()
+    masked = False
+    if r.matcher is not None:
+        bitmask.fill(-1)
+        masked = r.matcher.fill_bitmask(bitmask) is not False
+        if masked and not bitmask.any():
+            raise NoValidTokenError("the grammar allows no token of the vocabulary here (dead end) after "
+                                    f"{len(r.tokens)} generated tokens: {bytes(r.out)[-40:]!r}")
+    r.timings.mask_ms += (time.perf_counter() - t) * 1e3
+    t = time.perf_counter()
+    row = np.ascontiguousarray(logits, dtype=np.float32).copy()
+    if masked and grammar_first:
+        apply_bitmask(row, bitmask, vocab_size=n_text)
+    token = int(r.chain.sample(row.copy()))
+    if masked and not grammar_first and not (token < n_text and (int(bitmask[token >> 5]) >> (token & 31)) & 1):
+        apply_bitmask(row, bitmask, vocab_size=n_text)
+        token = int(r.chain.sample(row))
+    r.chain.accept(token)
+    r.timings.sample_ms += (time.perf_counter() - t) * 1e3
+    return token
