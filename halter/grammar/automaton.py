@@ -19,6 +19,8 @@ from halter.grammar.utf8 import utf8_sequences
 EPS, BYTES, CALL, TOKEN = 0, 1, 2, 3
 MAX_INLINE_REPEAT_STATES = 4000   # bigger repetitions call an auxiliary rule instead of unrolling
 MAX_DFA_STATES = 50_000
+INLINE_MAX_STATES = 400          # non-recursive rules this small are expanded where they are used
+INLINE_ONCE_MAX_STATES = 4000    # ... and bigger ones too when they are used only once
 
 
 @dataclass
@@ -69,6 +71,7 @@ class _Builder:
         self.token_refs: list[TokenRef] = []
         self.token_index: dict[TokenRef, int] = {}
         self._size_cache: dict[int, int] = {}
+        self.inline: set[str] = set()
 
     def rule_id(self, name: str) -> int:
         if name not in self.index:
@@ -76,7 +79,51 @@ class _Builder:
             self.names.append(name)
         return self.index[name]
 
+    def plan_inlining(self, root: str) -> None:
+        """Choose the rules to expand in place of their calls: small, non-recursive ones.
+
+        Inlining a leaf like ``char ::= [^"\\] | "\\" ...`` into ``string ::= "\"" char* "\""`` keeps
+        the string body inside one DFA, so tokens never leave and re-enter a rule at every character
+        (which would make masks depend on the caller at every step).
+        """
+        from halter.grammar.ast import rule_refs
+        refs = {n: [r.name for r in rule_refs(e)] for n, e in self.rules.items()}
+        counts: dict[str, int] = {}
+        for n, rs in refs.items():
+            for r in rs:
+                counts[r] = counts.get(r, 0) + 1
+        recursive: set[str] = set()
+        for n in self.rules:
+            seen, stack = set(), list(refs[n])
+            while stack:
+                x = stack.pop()
+                if x == n:
+                    recursive.add(n)
+                    break
+                if x not in seen and x in refs:
+                    seen.add(x)
+                    stack.extend(refs[x])
+        expanded: dict[str, int] = {}
+
+        def exp_size(n: str) -> int:
+            if n not in expanded:
+                expanded[n] = 1 << 30          # guard (recursive rules are never expanded)
+                own = self.size(self.rules[n])
+                extra = sum(exp_size(r) - 1 for r in refs[n] if r in self.inline)
+                expanded[n] = own + extra
+            return expanded[n]
+
+        self.inline: set[str] = set()
+        for n in sorted(self.rules, key=lambda x: len(refs[x])):      # leaves first
+            if n == root or n in recursive:
+                continue
+            size = exp_size(n)
+            if size <= INLINE_MAX_STATES or (counts.get(n, 0) == 1 and size <= INLINE_ONCE_MAX_STATES):
+                self.inline.add(n)
+                expanded.clear()
+
     def build_all(self, root: str) -> None:
+        self.plan_inlining(root)
         self.rule_id(root)
         i = 0
         while i < len(self.names):            # rules are numbered as they are first referenced
@@ -125,7 +172,10 @@ class _Builder:
                         nfa.add(cur, BYTES, rng, nxt)
                         cur = nxt
         elif isinstance(expr, RuleRef):
-            nfa.add(s, CALL, self.rule_id(expr.name), e)
+            if expr.name in self.inline:
+                self.emit(nfa, self.rules[expr.name], s, e, rule)
+            else:
+                nfa.add(s, CALL, self.rule_id(expr.name), e)
         elif isinstance(expr, TokenRef):
             if expr not in self.token_index:
                 self.token_index[expr] = len(self.token_refs)

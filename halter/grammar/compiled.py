@@ -60,7 +60,6 @@ class CompiledGrammar:
         self.esc_nodes = np.zeros(0, dtype=np.int64)
         self._mask_memo: dict[int, np.ndarray] = {}
         self._esc_memo: dict[tuple[int, int], np.ndarray] = {}
-        self._sub_memo: dict[tuple[int, int], np.ndarray] = {}
         self._in_progress: set[int] = set()
         self._tainted = False
         self.compile_seconds = 0.0
@@ -95,15 +94,17 @@ class CompiledGrammar:
         t0 = time.perf_counter()
         nodes_all = []
         counts = np.zeros(a.n_positions, dtype=np.int64)
-        shown = False
+        shown, last_shown = False, 0.0
         for i, d in enumerate(positions):
             row_ok, esc_nodes = walk_trie(self.table, self.trie, space.opaque_node(d))
             self.acc_bits[d] = pack_bits(self.trie.rows_to_tokens(row_ok))
             nodes_all.append(esc_nodes)
             counts[d] = len(esc_nodes)
             elapsed = time.perf_counter() - t0
-            if progress or (progress is None and elapsed > 1.0):
-                end = "\n" if i == len(positions) - 1 else "\r"
+            done = i == len(positions) - 1
+            if (progress or (progress is None and elapsed > 1.0)) and (done or elapsed - last_shown > 0.5):
+                last_shown = elapsed
+                end = "\n" if done else "\r"
                 print(f"halter: compiling grammar for {self.vocab_size} tokens: "
                       f"{i + 1}/{len(positions)} positions, {elapsed:.1f}s", end=end, file=sys.stderr)
                 shown = True
@@ -159,20 +160,12 @@ class CompiledGrammar:
                     self._tainted = True             # a cycle: its share arrives through the outer call
                 else:
                     bits = bits | self.node_bits(ret)
-            if ret.id != 0:
-                for n in self.esc_nodes[self.esc_start[d]:self.esc_start[d + 1]].tolist():
-                    bits = bits | self._subtree_bits(n, ret)
+            lo, hi = self.esc_start[d], self.esc_start[d + 1]
+            if ret.id != 0 and hi > lo:
+                rows = walk_subtrees(self.table, self.trie, ret, self.esc_nodes[lo:hi])
+                bits = bits | pack_bits(self.trie.rows_to_tokens(rows))
         if not self._tainted:
             self._esc_memo[key] = bits
-        return bits
-
-    def _subtree_bits(self, trie_node: int, start: Node) -> np.ndarray:
-        """Tokens under ``trie_node`` whose bytes below it can be read from ``start`` (memoised)."""
-        key = (trie_node, start.id)
-        bits = self._sub_memo.get(key)
-        if bits is None:
-            rows = walk_subtrees(self.table, self.trie, start, np.array([trie_node]))
-            bits = self._sub_memo[key] = pack_bits(self.trie.rows_to_tokens(rows))
         return bits
 
     def matcher(self) -> "TokenMatcher":

@@ -72,49 +72,48 @@ def walk_trie(tt: TransitionTable, trie: TokenTrie, start: Node):
     where ``start``'s rule, called with the OPAQUE context, has just ended: the longer tokens under
     such a node fit only if the caller's continuation reads the rest (see ``walk_subtrees``).
     """
-    row_ok, node_state = _walk(tt, trie, start, np.arange(trie.level_start[0], trie.level_start[1] if
-                                                         trie.n_nodes else 0, dtype=np.int64))
-    visited = np.flatnonzero(node_state > 0)
-    esc = visited[tt.escaped[node_state[visited]]]
-    esc = esc[trie.child_hi[esc] > trie.child_lo[esc]]
-    return row_ok, esc
+    first = np.arange(trie.level_start[0], trie.level_start[1] if trie.n_nodes else 0, dtype=np.int64)
+    return _walk(tt, trie, start, first, want_escapes=True)
 
 
 def walk_subtrees(tt: TransitionTable, trie: TokenTrie, start: Node, nodes: np.ndarray) -> np.ndarray:
-    """Rows strictly below trie ``nodes`` whose remaining bytes (below the node) can be read from ``start``."""
+    """Rows strictly below trie ``nodes`` whose bytes below that node can be read from ``start``.
+
+    Each node's subtree is walked from ``start`` on its own (a node nested under another is walked
+    twice, from two different offsets), all in one batch.
+    """
     if start.id == 0 or not len(nodes):
         return np.zeros(trie.n_rows, dtype=bool)
-    row_ok, _ = _walk(tt, trie, start, trie.children_of(np.sort(nodes)), rows_under=nodes)
-    return row_ok
+    return _walk(tt, trie, start, trie.children_of(np.asarray(nodes, dtype=np.int64)))[0]
 
 
-def _walk(tt: TransitionTable, trie: TokenTrie, start: Node, frontier: np.ndarray, rows_under=None):
+def _walk(tt: TransitionTable, trie: TokenTrie, start: Node, frontier: np.ndarray, want_escapes: bool = False):
+    """Level-synchronous walk of (trie node, parser state) pairs; the state is per pair, not per node."""
     tt.register(start)
-    node_state = np.zeros(trie.n_nodes, dtype=np.int32)
-    prev_states = np.full(len(frontier), start.id, dtype=np.int32)
+    row_ok = np.zeros(trie.n_rows, dtype=bool)
+    escapes = []
     level = frontier
+    prev_states = np.full(len(level), start.id, dtype=np.int32)
     while len(level):
         st = tt.step(prev_states, tt.class_of[trie.byte[level]])
-        node_state[level] = st
         live = st != 0
-        level = level[live]
-        children = trie.children_of(level)
-        if not len(children):
+        level, st = level[live], st[live]
+        rows = trie.node_row[level]
+        ends = rows >= 0
+        row_ok[rows[ends]] = True
+        if want_escapes:
+            esc = level[tt.escaped[st]]
+            if len(esc):
+                escapes.append(esc[trie.child_hi[esc] > trie.child_lo[esc]])
+        counts = trie.child_hi[level] - trie.child_lo[level]
+        if not counts.any():
             break
-        prev_states = node_state[trie.parent[children]]
-        level = children
-    ends = trie.row_end_node
-    row_ok = np.zeros(trie.n_rows, dtype=bool)
-    if rows_under is None:
-        has_end = ends >= 0
-        row_ok[has_end] = node_state[ends[has_end]] != 0
-    else:
-        lo, hi = trie.row_lo[rows_under], trie.row_hi[rows_under]
-        counts = hi - lo
-        rows = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-        rows = rows[trie.row_len[rows] > np.repeat(trie.depth[rows_under], counts)]
-        row_ok[rows] = node_state[ends[rows]] != 0
-    return row_ok, node_state
+        prev_states = np.repeat(st, counts)
+        level = trie.children_of(level)
+    if want_escapes:
+        esc_nodes = np.unique(np.concatenate(escapes)) if escapes else np.zeros(0, dtype=np.int64)
+        return row_ok, esc_nodes
+    return row_ok, None
 
 
 def pack_bits(mask: np.ndarray) -> np.ndarray:

@@ -75,6 +75,9 @@ class TokenTrie:
         self.row_hi = cat(hi_list, np.int64)
         self.depth = cat(depth_list, np.int64)
         self.n_nodes = total
+        self.node_row = np.full(total, -1, dtype=np.int64)       # the row ending at each node, if any
+        has_end = self.row_end_node >= 0
+        self.node_row[self.row_end_node[has_end]] = np.flatnonzero(has_end)
         # children of each node: contiguous in the next level
         self.child_lo = np.zeros(total, dtype=np.int64)
         self.child_hi = np.zeros(total, dtype=np.int64)
@@ -102,7 +105,9 @@ class TokenTrie:
 
     def rows_to_tokens(self, row_mask: np.ndarray) -> np.ndarray:
         """A bool mask over rows -> a bool mask over token ids."""
+        if not hasattr(self, "_in_trie"):
+            self._in_trie = np.flatnonzero(self.row_of_token >= 0)
+            self._in_trie_rows = self.row_of_token[self._in_trie]
         out = np.zeros(self.n_vocab, dtype=bool)
-        in_trie = self.row_of_token >= 0
-        out[in_trie] = row_mask[self.row_of_token[in_trie]]
+        out[self._in_trie] = row_mask[self._in_trie_rows]
         return out
