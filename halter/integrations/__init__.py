@@ -1,0 +1,1 @@
+"""Adapters that let other inference stacks use halter grammars (``transformers`` so far)."""
