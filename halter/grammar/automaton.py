@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from halter.errors import GrammarError
 from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
                                 MAX_CODE_POINT)
@@ -302,21 +304,30 @@ def _determinize(nfa: _Nfa, s: int, e: int, class_of: list[int], n_classes: int,
 
 
 def _minimize(acc, byte_next, calls, tokens):
-    """Moore partition refinement; returns the same four tables over the merged states."""
+    """Moore partition refinement (vectorised over byte classes); returns the four tables merged."""
     n = len(acc)
-    block = [1 if a else 0 for a in acc]
-    n_blocks = len(set(block))
+    table = np.asarray(byte_next, dtype=np.int64).reshape(n, -1)
+    block = np.asarray(acc, dtype=np.int64)
+    n_blocks = len(np.unique(block))
+    has_extra = any(calls) or any(tokens)
     while True:
-        sigs: dict[tuple, int] = {}
-        new = [0] * n
-        for q in range(n):
-            sig = (block[q], tuple(block[t] if t >= 0 else -1 for t in byte_next[q]),
-                   tuple((r, block[t]) for r, t in calls[q]), tuple((k, block[t]) for k, t in tokens[q]))
-            new[q] = sigs.setdefault(sig, len(sigs))
-        if len(sigs) == n_blocks:
+        mapped = np.where(table >= 0, block[np.maximum(table, 0)], -1)
+        cols = [block[:, None], mapped]
+        if has_extra:
+            extra: dict[tuple, int] = {}
+            ids = [extra.setdefault((tuple((r, int(block[t])) for r, t in calls[q]),
+                                     tuple((k, int(block[t])) for k, t in tokens[q])), len(extra))
+                   for q in range(n)]
+            cols.append(np.asarray(ids, dtype=np.int64)[:, None])
+        rows = np.ascontiguousarray(np.hstack(cols), dtype=np.int32)
+        keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+        _, new = np.unique(keys, return_inverse=True)
+        new = new.reshape(-1).astype(np.int64)
+        count = int(new.max()) + 1 if n else 0
+        if count == n_blocks:
             break
-        block, n_blocks = new, len(sigs)
-    block = new
+        block, n_blocks = new, count
+    block = new.tolist()
     # renumber so the start state stays 0
     remap: dict[int, int] = {}
     for q in range(n):

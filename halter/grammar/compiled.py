@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from halter.errors import GrammarError
-from halter.grammar.masks import TransitionTable, pack_bits, walk_subtrees, walk_trie
+from halter.grammar.masks import TransitionTable, pack_bits, walk_subtrees, walk_trie_batch
 from halter.grammar.parser_state import BOTTOM_ID, OPAQUE_ID, Node
 from halter.grammar.trie import TokenTrie
 
@@ -53,7 +53,7 @@ class CompiledGrammar:
         self.eog_bits = pack_bits(eog)
         self.text_token = ~(eog | special)
         self.token_ref_ids, self.token_ref_bits = self._resolve_token_refs(a.token_refs, eog)
-        self.trie = TokenTrie(vocab.token_bytes, self.text_token)
+        self.trie = _trie_for(vocab, self.text_token)
         n_pos = a.n_positions
         self.acc_bits = np.zeros((n_pos, self.n_words), dtype=np.uint32)
         self.esc_start = np.zeros(n_pos + 1, dtype=np.int64)
@@ -89,29 +89,42 @@ class CompiledGrammar:
         return ids, bits
 
     def _precompute(self, progress: bool | None) -> None:
-        a, space = self.space.a, self.space
+        """Walk the trie from every position (in batches that share the per-level work)."""
+        a, space, trie = self.space.a, self.space, self.trie
         positions = [d for d in range(a.n_positions) if a.has_bytes[d]]
         t0 = time.perf_counter()
-        nodes_all = []
-        counts = np.zeros(a.n_positions, dtype=np.int64)
-        shown, last_shown = False, 0.0
-        for i, d in enumerate(positions):
-            row_ok, esc_nodes = walk_trie(self.table, self.trie, space.opaque_node(d))
-            self.acc_bits[d] = pack_bits(self.trie.rows_to_tokens(row_ok))
-            nodes_all.append(esc_nodes)
-            counts[d] = len(esc_nodes)
+        esc_pos, esc_nodes = [], []
+        in_trie = np.flatnonzero(trie.row_of_token >= 0)
+        tokens_of_row_order = np.argsort(trie.row_of_token[in_trie], kind="stable")
+        tok_sorted = in_trie[tokens_of_row_order]                 # tokens grouped by row
+        row_sorted = trie.row_of_token[tok_sorted]
+        row_first = np.searchsorted(row_sorted, np.arange(trie.n_rows))
+        row_count = np.searchsorted(row_sorted, np.arange(trie.n_rows), side="right") - row_first
+        batch, shown = 64, False
+        for b0 in range(0, len(positions), batch):
+            chunk = positions[b0:b0 + batch]
+            ok_s, ok_r, es, en = walk_trie_batch(self.table, trie, [space.opaque_node(d) for d in chunk])
+            counts = row_count[ok_r]
+            tok = tok_sorted[np.repeat(row_first[ok_r] - np.cumsum(counts) + counts, counts)
+                             + np.arange(int(counts.sum()))]
+            owner = np.repeat(ok_s, counts)
+            grid = np.zeros((len(chunk), self.n_words * 32), dtype=bool)
+            grid[owner, tok] = True
+            packed = np.packbits(grid, axis=1, bitorder="little").view("<u4")
+            self.acc_bits[chunk] = packed
+            esc_pos.append(np.asarray(chunk, dtype=np.int64)[es])
+            esc_nodes.append(en)
             elapsed = time.perf_counter() - t0
-            done = i == len(positions) - 1
-            if (progress or (progress is None and elapsed > 1.0)) and (done or elapsed - last_shown > 0.5):
-                last_shown = elapsed
-                end = "\n" if done else "\r"
+            done = b0 + batch >= len(positions)
+            if progress or (progress is None and elapsed > 1.0):
                 print(f"halter: compiling grammar for {self.vocab_size} tokens: "
-                      f"{i + 1}/{len(positions)} positions, {elapsed:.1f}s", end=end, file=sys.stderr)
+                      f"{min(b0 + batch, len(positions))}/{len(positions)} positions, {elapsed:.1f}s",
+                      end="\n" if done else "\r", file=sys.stderr, flush=True)
                 shown = True
-        if shown and positions and not progress:
-            sys.stderr.flush()
+        ep = np.concatenate(esc_pos) if esc_pos else np.zeros(0, dtype=np.int64)
+        self.esc_nodes = np.concatenate(esc_nodes) if esc_nodes else np.zeros(0, dtype=np.int64)
+        counts = np.bincount(ep, minlength=a.n_positions)
         np.cumsum(counts, out=self.esc_start[1:])
-        self.esc_nodes = np.concatenate(nodes_all) if nodes_all else np.zeros(0, dtype=np.int64)
 
     # -- masks at run time -------------------------------------------------------------------
     def node_bits(self, node: Node) -> np.ndarray:
@@ -213,6 +226,34 @@ class CompiledGrammar:
         return (f"<CompiledGrammar positions={self.space.a.n_positions} vocab={self.vocab_size} "
                 f"escapes={len(self.esc_nodes)} {'cached' if self.from_cache else 'fresh'} "
                 f"{self.compile_seconds * 1000:.0f}ms>")
+
+
+_TRIES: dict[str, TokenTrie] = {}
+
+
+def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
+    """The token trie of a vocabulary: built once per process, and cached on disk beside the tables."""
+    key = hashlib.sha256((vocab.fingerprint() + CACHE_VERSION).encode() + np.packbits(include).tobytes())
+    key = key.hexdigest()[:32]
+    trie = _TRIES.get(key)
+    if trie is not None:
+        return trie
+    path = cache_dir() / f"trie-{key}.npz"
+    try:
+        trie = TokenTrie.load(path) if path.exists() else None
+    except (OSError, KeyError, ValueError):
+        trie = None
+    if trie is None:
+        trie = TokenTrie(vocab.token_bytes, include)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            trie.save(tmp)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    _TRIES[key] = trie
+    return trie
 
 
 def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True,

@@ -22,17 +22,20 @@ class Grammar:
     ``from_pydantic``, ``from_type``). ``str(grammar)`` is normalized GBNF.
     """
 
-    def __init__(self, rules: dict[str, Expr], root: str = "root", *, _text: str | None = None) -> None:
+    def __init__(self, rules: dict[str, Expr], root: str = "root", *, _text: str | None = None,
+                 _automata: RuleAutomata | None = None) -> None:
         rs = RuleSet(dict(rules))
         check_references(rs, root, _text)
         self.rules: dict[str, Expr] = rs.rules
         self.root = root
-        try:
-            self._automata: RuleAutomata = build_automata(self.rules, root)
-        except GrammarError as err:
-            if err.line is None or _text is None:
-                raise
-            raise GrammarError(err.message, err.line, err.column, _text) from None
+        if _automata is None:
+            try:
+                _automata = build_automata(self.rules, root)
+            except GrammarError as err:
+                if err.line is None or _text is None:
+                    raise
+                raise GrammarError(err.message, err.line, err.column, _text) from None
+        self._automata: RuleAutomata = _automata
         self._space = StateSpace(self._automata)
         self._has_token_refs = any(has_token_refs(self.rules[n]) for n in self._automata.rule_names
                                    if n in self.rules)
@@ -41,9 +44,14 @@ class Grammar:
     @classmethod
     def from_gbnf(cls, text: str, root: str = "root") -> "Grammar":
         """Parse llama.cpp GBNF; raise ``GrammarError`` (with ``.line``/``.column``) on bad input."""
+        cached = _load_cached(text, root)
+        if cached is not None:
+            return cls(cached[0], root, _automata=cached[1])
         rs = parse_gbnf(text)
         check_references(rs, root, text)
-        return cls(rs.rules, root, _text=text)
+        grammar = cls(rs.rules, root, _text=text)
+        _store_cached(text, root, grammar)
+        return grammar
 
     @classmethod
     def from_json_schema(cls, schema: Any, **options: Any) -> "Grammar":
@@ -96,3 +104,42 @@ class Grammar:
     def __repr__(self) -> str:
         return (f"<Grammar root={self.root!r} rules={len(self.rules)} "
                 f"positions={self._automata.n_positions}>")
+
+
+# -- on-disk cache of parsed grammars (rules and automata), keyed by the exact source text ---------
+_AUTOMATA_VERSION = "1"
+
+
+def _cache_path(text: str, root: str):
+    import hashlib
+
+    from halter.grammar.compiled import cache_dir
+    key = hashlib.sha256(f"{_AUTOMATA_VERSION}\0{root}\0{text}".encode("utf-8", "surrogatepass"))
+    return cache_dir() / f"grammar-{key.hexdigest()[:32]}.pickle"
+
+
+def _load_cached(text: str, root: str):
+    import pickle
+    path = _cache_path(text, root)
+    try:
+        with open(path, "rb") as f:
+            rules, automata = pickle.load(f)
+        return rules, automata
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def _store_cached(text: str, root: str, grammar: Grammar) -> None:
+    import os
+    import pickle
+    if len(text) < 2000:          # small grammars build faster than a file is read
+        return
+    path = _cache_path(text, root)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        with open(tmp, "wb") as f:
+            pickle.dump((grammar.rules, grammar._automata), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        pass

@@ -76,6 +76,51 @@ def walk_trie(tt: TransitionTable, trie: TokenTrie, start: Node):
     return _walk(tt, trie, start, first, want_escapes=True)
 
 
+def walk_trie_batch(tt: TransitionTable, trie: TokenTrie, starts: list[Node]):
+    """``walk_trie`` for many start states at once, sharing the per-level work.
+
+    Returns ``(ok_start, ok_row)`` pairs (row ``ok_row[i]`` can be read from ``starts[ok_start[i]]``)
+    and ``(esc_start, esc_node)`` pairs (escape points, as in ``walk_trie``), sorted by start.
+    """
+    for node in starts:
+        tt.register(node)
+    first = np.arange(trie.level_start[0], trie.level_start[1] if trie.n_nodes else 0, dtype=np.int64)
+    n_first = len(first)
+    level = np.tile(first, len(starts))
+    owner = np.repeat(np.arange(len(starts), dtype=np.int64), n_first)
+    prev_states = np.repeat(np.array([n.id for n in starts], dtype=np.int32), n_first)
+    ok_s, ok_r, esc_s, esc_n = [], [], [], []
+    while len(level):
+        st = tt.step(prev_states, tt.class_of[trie.byte[level]])
+        live = st != 0
+        level, st, owner = level[live], st[live], owner[live]
+        rows = trie.node_row[level]
+        ends = rows >= 0
+        ok_s.append(owner[ends])
+        ok_r.append(rows[ends])
+        esc = tt.escaped[st]
+        if esc.any():
+            en = level[esc]
+            keep = trie.child_hi[en] > trie.child_lo[en]
+            esc_s.append(owner[esc][keep])
+            esc_n.append(en[keep])
+        counts = trie.child_hi[level] - trie.child_lo[level]
+        if not counts.any():
+            break
+        prev_states = np.repeat(st, counts)
+        owner = np.repeat(owner, counts)
+        level = trie.children_of(level)
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))
+    ok_s, ok_r, esc_s, esc_n = cat(ok_s), cat(ok_r), cat(esc_s), cat(esc_n)
+    order = np.lexsort((esc_n, esc_s))
+    esc_s, esc_n = esc_s[order], esc_n[order]
+    if len(esc_s):                                   # the same node can be reached twice: dedupe
+        first_of = np.ones(len(esc_s), dtype=bool)
+        first_of[1:] = (esc_s[1:] != esc_s[:-1]) | (esc_n[1:] != esc_n[:-1])
+        esc_s, esc_n = esc_s[first_of], esc_n[first_of]
+    return ok_s, ok_r, esc_s, esc_n
+
+
 def walk_subtrees(tt: TransitionTable, trie: TokenTrie, start: Node, nodes: np.ndarray) -> np.ndarray:
     """Rows strictly below trie ``nodes`` whose bytes below that node can be read from ``start``.
 

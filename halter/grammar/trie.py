@@ -93,6 +93,24 @@ class TokenTrie:
             self.child_lo[par[first]] = kids[first]
             self.child_hi[par[last]] = kids[last] + 1
 
+    _ARRAYS = ("row_of_token", "row_len", "row_off", "flat", "parent", "byte", "row_lo", "row_hi", "depth",
+               "child_lo", "child_hi", "row_end_node", "node_row", "level_start")
+
+    def save(self, path) -> None:
+        """Write the trie's arrays to an ``.npz`` file."""
+        with open(path, "wb") as f:
+            np.savez(f, **{k: np.asarray(getattr(self, k)) for k in self._ARRAYS})
+
+    @classmethod
+    def load(cls, path) -> "TokenTrie":
+        t = cls.__new__(cls)
+        with np.load(path) as z:
+            for k in cls._ARRAYS:
+                setattr(t, k, z[k])
+        t.level_start = t.level_start.tolist()
+        t.n_vocab, t.n_rows, t.n_nodes = len(t.row_of_token), len(t.row_len), len(t.parent)
+        return t
+
     def children_of(self, nodes: np.ndarray) -> np.ndarray:
         """All children of ``nodes`` (a sorted array), as one array."""
         lo, hi = self.child_lo[nodes], self.child_hi[nodes]
