@@ -24,7 +24,7 @@ from halter.schemas.numbers import (DivisibleBy, decimal_bounds, integer_bounds,
                                      multiple_of_integer, number_range)
 from halter.schemas.objects import MAX_TRACKED, ObjectBuilder, ObjectSpec, _CountUnsupported, key_complement
 from halter.schemas.refs import DEFAULT_BASE, RefIndex, pointer_escape
-from halter.schemas.rules import Rules
+from halter.schemas.rules import Rules, tidy_rules
 from halter.schemas.strings import StringBuilder
 
 MAX_ALTERNATIVES = 64
@@ -83,7 +83,7 @@ class Converter:
         self.rules.define(root_name, expr)
         ordered = {"root": self.rules.rules.pop("root")}
         ordered.update(self.rules.rules)
-        return ordered
+        return tidy_rules(ordered)
 
     # ------------------------------------------------------------------------------------------
     def visit(self, schema: Any, ptr: str, base: str) -> Expr | None:
@@ -122,7 +122,8 @@ class Converter:
                 return [("ref", ref, base, ptr)]
         conjuncts: list[list[tuple]] = []
         own = {k: v for k, v in schema.items() if k not in ("allOf", "anyOf", "oneOf", "$ref")}
-        conjuncts.append([("dict", own, ptr, base)])
+        if set(own) - merging.ANNOTATIONS or not any(k in schema for k in ("allOf", "anyOf", "oneOf", "$ref")):
+            conjuncts.append([("dict", own, ptr, base)])
         if isinstance(ref, str):
             target, tbase, tptr = self.index.resolve(ref, base, "#" + ptr)
             if tptr in self._inlining:
@@ -134,7 +135,7 @@ class Converter:
             finally:
                 self._inlining.pop()
             if self.draft in ("draft4", "draft6", "draft7"):
-                conjuncts = conjuncts[1:]
+                conjuncts = conjuncts[-1:]
         if self.draft not in ("draft4", "draft6", "draft7") or not isinstance(ref, str):
             for i, sub in enumerate(schema.get("allOf") or []):
                 conjuncts.append(self.alternatives(sub, f"{ptr}/allOf/{i}", base, inline=True))
@@ -142,7 +143,7 @@ class Converter:
                 if key in schema:
                     union = []
                     for i, sub in enumerate(schema[key]):
-                        union.extend(self.alternatives(sub, f"{ptr}/{key}/{i}", base, inline=len(conjuncts) > 1 or inline))
+                        union.extend(self.alternatives(sub, f"{ptr}/{key}/{i}", base, inline=False))
                     if key == "oneOf":
                         self._check_disjoint(schema[key], ptr)
                     conjuncts.append(union)
@@ -438,21 +439,25 @@ class Converter:
                     props[r] = self.visit(sub, f"{ptr}/required", base)
         extra: list[tuple[Expr, Expr]] = []
         known = list(props)
+        # names whose value rule differs from what the extra-key route would allow: an extra key
+        # must never spell them (names with an unconstrained rule may, harmlessly)
+        strict_known = [n for n in known if props_schema.get(n, None) not in (True, {}, additional)
+                        or n in required]
         if pattern_props:
             if len(pattern_props) > 1 or additional is not False:
                 # several patterns or patterns next to additional properties: approximate unless exact
-                exact = self.strings.pattern_keys(pattern_props, additional, known, ptr, base)
+                exact = self.strings.pattern_keys(pattern_props, additional, strict_known, ptr, base)
                 extra.extend(exact)
             else:
                 pat, psub = next(iter(pattern_props.items()))
                 value = self.visit(psub, f"{ptr}/patternProperties/{pointer_escape(pat)}", base)
                 if value is not None:
-                    extra.append((self.strings.key_pattern(pat, known, f"{ptr}/patternProperties"), value))
+                    extra.append((self.strings.key_pattern(pat, strict_known, f"{ptr}/patternProperties"), value))
         elif additional is not False:
             value = self.visit(additional, f"{ptr}/additionalProperties", base)
             if value is not None:
                 if prop_names is not None and prop_names is not True:
-                    key = self.strings.key_schema(prop_names, known, f"{ptr}/propertyNames", base)
+                    key = self.strings.key_schema(prop_names, strict_known, f"{ptr}/propertyNames", base)
                 else:
                     key = key_complement(self.js, known)
                 if key is not None:

@@ -1,9 +1,9 @@
 """String ``format``s as regular expressions (RFC 3339 dates, RFC 3986 URIs, IP addresses, ...).
 
 Each format is written as an ECMAScript regex and compiled by ``regex.py`` like any pattern.
-Known departures, all on the side of accepting: leap seconds (``:60``) are accepted at any time of
-day, hostnames are not checked against the 253-character total or IDNA rules, and e-mail/URI
-grammars follow the RFCs' ASCII syntax.
+Known departures: leap seconds (``23:59:60``) are only accepted written in UTC (a local time with
+a non-zero offset is rejected); hostnames are not checked against the 253-character total or IDNA
+(``xn--``) rules; e-mail and URI grammars follow the RFCs' ASCII syntax.
 """
 from __future__ import annotations
 
@@ -16,10 +16,9 @@ DATE = (rf"(?:{_YEAR}-(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
         rf"|{_LEAP}-02-29)")
 _HHMM = "(?:[01][0-9]|2[0-3]):[0-5][0-9]"
 _FRAC = r"(?:\.[0-9]+)?"
-_NONZERO_OFFSET = "[+-](?:(?:0[1-9]|1[0-9]|2[0-3]):[0-5][0-9]|00:(?:0[1-9]|[1-5][0-9]))"
-# a leap second is 23:59:60 UTC; with a non-zero offset it is accepted at any local time
+# a leap second is 23:59:60 UTC; it is only accepted written in UTC (Z or +-00:00)
 TIME = (rf"(?:{_HHMM}:[0-5][0-9]{_FRAC}(?:[Zz]|[+-]{_HHMM})"
-        rf"|23:59:60{_FRAC}(?:[Zz]|[+-]00:00)|{_HHMM}:60{_FRAC}{_NONZERO_OFFSET})")
+        rf"|23:59:60{_FRAC}(?:[Zz]|[+-]00:00))")
 DATE_TIME = DATE + "[Tt]" + TIME
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"

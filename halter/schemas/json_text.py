@@ -257,11 +257,10 @@ class JsonText:
                                                    Repeat(self.fraction(), 0, 1), Repeat(self.exponent(), 0, 1)))
 
     def integer(self) -> Expr:
-        """A JSON number whose value is an integer: ``-?int`` with optional ``.0``s and ``e+N``."""
+        """A JSON number whose value is an integer: ``-?int`` with optional ``.0``s (no exponent)."""
         return self.rules.fixed("json-integer", cat(
             Repeat(Literal("-"), 0, 1), self.uint(),
-            Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1),
-            Repeat(cat(CharClass(((0x45, 0x45), (0x65, 0x65))), Repeat(Literal("+"), 0, 1), Repeat(DIGIT, 1, None)), 0, 1)))
+            Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1)))
 
     def value(self) -> Expr:
         """Any JSON value (recursive rules ``json-value``, ``json-object``, ``json-array``)."""

@@ -6,7 +6,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from halter.errors import SchemaError
 
-DEFAULT_BASE = "halter:///root.json"
+DEFAULT_BASE = "https://halter.invalid/root.json"
 
 
 def pointer_escape(token: str) -> str:

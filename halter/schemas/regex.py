@@ -419,4 +419,5 @@ def regex_to_gbnf(pattern: str, *, anchored: bool = True) -> str:
     Raises ``RegexError`` for malformed patterns and ``UnsupportedRegexError`` for constructs a
     grammar cannot express.
     """
-    return format_grammar({"root": regex_to_expr(pattern, anchored=anchored)})
+    from halter.schemas.rules import tidy_rules
+    return format_grammar(tidy_rules({"root": regex_to_expr(pattern, anchored=anchored)}))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from halter.grammar.ast import Expr, RuleRef
+from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq
 
 _BAD = re.compile(r"[^A-Za-z0-9-]+")
 
@@ -53,3 +53,84 @@ class Rules:
         if name not in self.rules:
             self.define(name, body)
         return RuleRef(name)
+
+
+def tidy(expr: Expr) -> Expr:
+    """Make an expression print as valid GBNF: no repeat directly inside a repeat, no empty repeat."""
+    if isinstance(expr, Seq):
+        return Seq(tuple(tidy(i) for i in expr.items))
+    if isinstance(expr, Alt):
+        return Alt(tuple(tidy(o) for o in expr.options))
+    if isinstance(expr, Repeat):
+        inner = tidy(expr.expr)
+        if isinstance(inner, Literal) and inner.text == "":
+            return inner
+        if isinstance(inner, Repeat):
+            inner = Seq((inner,))
+        return Repeat(inner, expr.min, expr.max)
+    return expr
+
+
+def tidy_rules(rules: dict[str, Expr]) -> dict[str, Expr]:
+    """Final pass before printing: large repeats split into helper rules, nesting made printable."""
+    return {name: tidy(body) for name, body in split_large_repeats(rules).items()}
+
+
+REPEAT_LIMIT = 64
+"""Repetition counts above this are spelled with doubling helper rules (``x{0,1000}`` would
+otherwise become a 1000-state automaton in the engine)."""
+
+
+def split_large_repeats(rules: dict[str, Expr]) -> dict[str, Expr]:
+    """Rewrite ``x{m,n}`` with large m or n as products of doubling rules (same language)."""
+    out: dict[str, Expr] = {}
+    helpers: dict[str, Expr] = {}
+    names: dict[Expr, str] = {}
+
+    def unit(x: Expr) -> RuleRef:
+        if isinstance(x, RuleRef):
+            return x
+        if x not in names:
+            names[x] = f"rep{len(names) + 1}"
+            helpers[names[x]] = x
+        return RuleRef(names[x])
+
+    def doubling(base: RuleRef, kind: str, bits: int) -> list[RuleRef]:
+        """Rules ``{base}-{kind}{i}`` matching base exactly (``e``) / up to (``o``) 2**i times."""
+        refs = []
+        for i in range(bits):
+            name = f"{base.name}-{kind}{i}"
+            if name not in helpers:
+                helpers[name] = (Repeat(base, 0, 1) if kind == "o" else base) if i == 0 else \
+                    Seq((RuleRef(f"{base.name}-{kind}{i - 1}"), RuleRef(f"{base.name}-{kind}{i - 1}")))
+            refs.append(RuleRef(name))
+        return refs
+
+    def counted(base: RuleRef, kind: str, n: int) -> list[Expr]:
+        refs = doubling(base, kind, n.bit_length())
+        return [refs[i] for i in range(n.bit_length()) if n >> i & 1]
+
+    def walk(e: Expr) -> Expr:
+        if isinstance(e, Seq):
+            return Seq(tuple(walk(i) for i in e.items))
+        if isinstance(e, Alt):
+            return Alt(tuple(walk(o) for o in e.options))
+        if isinstance(e, Repeat):
+            inner = walk(e.expr)
+            big = e.min > REPEAT_LIMIT or (e.max is not None and e.max > REPEAT_LIMIT)
+            if not big:
+                return Repeat(inner, e.min, e.max)
+            base = unit(inner)
+            parts: list[Expr] = counted(base, "e", e.min) if e.min > REPEAT_LIMIT else \
+                ([Repeat(base, e.min, e.min)] if e.min else [])
+            if e.max is None:
+                parts.append(Repeat(base, 0, None))
+            elif e.max > e.min:
+                parts.extend(counted(base, "o", e.max - e.min))
+            return Seq(tuple(parts)) if len(parts) != 1 else parts[0]
+        return e
+
+    for name, body in rules.items():
+        out[name] = walk(body)
+    out.update(helpers)
+    return out

@@ -121,6 +121,7 @@ class StringBuilder:
 
     # keys -------------------------------------------------------------------------------------
     def key_pattern(self, pattern: str, known: list[str], ptr: str) -> Expr:
+        """Keys matching ``pattern``; ``known`` are the names whose own rule is stricter."""
         expr = self.pattern_expr(pattern, ptr) or Repeat(ANY_CHAR, 0, None)
         rx = to_python_regex(expr)
         if any(re.fullmatch(rx, k, re.S) for k in known):
@@ -130,7 +131,7 @@ class StringBuilder:
     def key_schema(self, names_schema: Any, known: list[str], ptr: str, base: str) -> Expr | None:
         if names_schema is False:
             return None
-        if any(self.conv._valid(names_schema, k) for k in known):
+        if any(self.conv._valid(names_schema, k) for k in known):   # names with a stricter rule
             self.conv.unsupported("propertyNames", ptr, "known property names also fit propertyNames")
         sub = dict(names_schema) if isinstance(names_schema, dict) else {}
         sub["type"] = "string"

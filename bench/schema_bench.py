@@ -1,0 +1,183 @@
+"""How much of JSON Schema halter's converter gets right, on the official test suite and real schemas.
+
+For each schema: does it compile in strict mode, and in lenient mode (unsupported keywords dropped
+with a warning)? For each test instance: does the grammar accept ``json.dumps(instance)`` (default
+separators) and the compact form exactly when the instance is valid? Reported overall and per
+keyword. Run: ``python bench/schema_bench.py [--limit N] [--only jsts|jsb]``.
+
+"Agreement" counts an instance once; it agrees when both serializations get the right verdict.
+Strict numbers cover the schemas that compile strictly; lenient numbers cover every schema that
+compiles at all (lenient fallbacks included, so they are the honest "what a user gets" figure).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from halter.grammar import Grammar
+from halter.schemas import json_schema_to_gbnf
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "schema"
+TIME_LIMIT_S = 20
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def keywords_of(schema, out=None) -> set[str]:
+    out = set() if out is None else out
+    if isinstance(schema, dict):
+        for k, v in schema.items():
+            out.add(k)
+            if k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+                if isinstance(v, dict):
+                    for sub in v.values():
+                        keywords_of(sub, out)
+            elif k not in ("enum", "const", "default", "examples", "required"):
+                keywords_of(v, out)
+    elif isinstance(schema, list):
+        for v in schema:
+            keywords_of(v, out)
+    return out
+
+
+def load(only: str | None) -> list[dict]:
+    """Cases grouped by schema: {"suite", "id", "schema", "keywords", "tests": [(instance, valid)]}."""
+    cases = []
+    if only in (None, "jsts"):
+        for name in ("jsts_draft2020-12.jsonl", "jsts_draft7.jsonl"):
+            groups: dict[str, dict] = {}
+            for line in (SHARED / name).open():
+                row = json.loads(line)
+                key = json.dumps(row["schema"], sort_keys=True)
+                g = groups.setdefault(key, {"suite": name.split(".")[0], "id": row["group"],
+                                            "schema": row["schema"], "keywords": set(row["keywords"]),
+                                            "in_principle": row["in_principle"], "tests": []})
+                g["tests"].append((row["instance"], row["valid"]))
+                g["in_principle"] = g["in_principle"] and row["in_principle"]
+            cases.extend(groups.values())
+    if only in (None, "jsb"):
+        for line in (SHARED / "jsonschemabench_dev.jsonl").open():
+            row = json.loads(line)
+            cases.append({"suite": "jsonschemabench", "id": row["id"], "schema": row["schema"],
+                          "keywords": keywords_of(row["schema"]), "in_principle": True,
+                          "tests": [(t["data"], t["valid"]) for t in row["tests"]]})
+    return cases
+
+
+def compile_grammar(schema, strict: bool):
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(TIME_LIMIT_S)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=strict)), None
+    except _Timeout:
+        return None, "timeout"
+    except Exception as e:  # noqa: BLE001 - the bench counts every failure
+        return None, f"{type(e).__name__}: {str(e)[:120]}"
+    finally:
+        signal.alarm(0)
+
+
+def agrees(grammar, instance, valid: bool) -> bool:
+    texts = {json.dumps(instance), json.dumps(instance, separators=(",", ":")),
+             json.dumps(instance, ensure_ascii=False)}
+    return all(grammar.matches(t) == valid for t in texts)
+
+
+def run(cases: list[dict], verbose: bool) -> dict:
+    stats = collections.defaultdict(lambda: collections.Counter())
+    per_kw = collections.defaultdict(collections.Counter)
+    failures = []
+    t0 = time.time()
+    for case in cases:
+        suite = case["suite"]
+        s = stats[suite]
+        s["schemas"] += 1
+        s["instances"] += len(case["tests"])
+        strict_g, strict_err = compile_grammar(case["schema"], True)
+        lenient_g, lenient_err = (strict_g, None) if strict_g is not None else compile_grammar(case["schema"], False)
+        for mode, g in (("strict", strict_g), ("lenient", lenient_g)):
+            if g is None:
+                continue
+            s[f"{mode}_compiled"] += 1
+            for inst, valid in case["tests"]:
+                s[f"{mode}_instances"] += 1
+                try:
+                    ok = agrees(g, inst, valid)
+                except Exception:  # noqa: BLE001
+                    ok = False
+                s[f"{mode}_agree"] += ok
+                if not ok and mode == "lenient":
+                    failures.append((suite, case["id"], json.dumps(inst)[:100], valid))
+                if suite != "jsonschemabench" or True:
+                    for kw in case["keywords"]:
+                        per_kw[(suite, kw)][f"{mode}_agree"] += ok
+                        per_kw[(suite, kw)][f"{mode}_instances"] += 1
+        for kw in case["keywords"]:
+            per_kw[(suite, kw)]["schemas"] += 1
+            per_kw[(suite, kw)]["strict_compiled"] += strict_g is not None
+            per_kw[(suite, kw)]["lenient_compiled"] += lenient_g is not None
+        if strict_err and verbose:
+            print(f"  strict fail {suite} {case['id']}: {strict_err}", file=sys.stderr)
+        if lenient_err and verbose:
+            print(f"  LENIENT FAIL {suite} {case['id']}: {lenient_err}", file=sys.stderr)
+    if verbose:
+        for f in failures:
+            print("  disagree", *f, file=sys.stderr)
+    return {"stats": stats, "per_kw": per_kw, "seconds": time.time() - t0}
+
+
+def pct(a: int, b: int) -> str:
+    return f"{100.0 * a / b:.1f}%" if b else "-"
+
+
+def report(result: dict) -> str:
+    lines = ["| suite | schemas | strict compiled | strict agreement | lenient compiled | lenient agreement |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for suite, s in sorted(result["stats"].items()):
+        lines.append(f"| {suite} | {s['schemas']} | {pct(s['strict_compiled'], s['schemas'])} | "
+                     f"{pct(s['strict_agree'], s['strict_instances'])} ({s['strict_instances']} inst.) | "
+                     f"{pct(s['lenient_compiled'], s['schemas'])} | "
+                     f"{pct(s['lenient_agree'], s['lenient_instances'])} ({s['lenient_instances']} inst.) |")
+    lines += ["", "Per keyword (schemas using it):", "",
+              "| suite | keyword | schemas | strict compiled | strict agreement | lenient compiled | lenient agreement |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for (suite, kw), c in sorted(result["per_kw"].items()):
+        if c["schemas"] < 3 and suite == "jsonschemabench":
+            continue
+        lines.append(f"| {suite} | `{kw}` | {c['schemas']} | {pct(c['strict_compiled'], c['schemas'])} | "
+                     f"{pct(c['strict_agree'], c['strict_instances'])} | {pct(c['lenient_compiled'], c['schemas'])} | "
+                     f"{pct(c['lenient_agree'], c['lenient_instances'])} |")
+    lines.append(f"\n({result['seconds']:.0f} s)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["jsts", "jsb"])
+    ap.add_argument("--limit", type=int, default=0, help="first N schemas per run (0 = all)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each failure to stderr")
+    args = ap.parse_args()
+    if not SHARED.exists():
+        sys.exit(f"no data at {SHARED}")
+    cases = load(args.only)
+    if args.limit:
+        cases = cases[:args.limit]
+    print(report(run(cases, args.verbose)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Random strings of a grammar: walk the rules choosing random alternatives, with bounded depth.
+
+Used by tests to draw instances from a grammar (e.g. one converted from a JSON Schema) and check
+them against an independent validator. Below ``max_depth`` choices are uniform; past it the walk
+picks the option with the shortest completion, so every walk ends (if the grammar can end at all).
+"""
+from __future__ import annotations
+
+import random
+
+from halter.grammar.ast import (MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat,
+                                RuleRef, Seq, TokenRef)
+
+_INF = float("inf")
+
+
+def _min_lengths(rules: dict[str, Expr]) -> dict[str, float]:
+    """Length of the shortest string of each rule (a fixpoint; inf for rules that cannot end)."""
+    best = {name: _INF for name in rules}
+
+    def size(e: Expr) -> float:
+        if isinstance(e, Literal):
+            return len(e.text)
+        if isinstance(e, (CharClass, AnyChar, TokenRef)):
+            return 1 if not isinstance(e, CharClass) or e.code_point_ranges() else _INF
+        if isinstance(e, RuleRef):
+            return best[e.name]
+        if isinstance(e, Seq):
+            return sum(size(i) for i in e.items)
+        if isinstance(e, Alt):
+            return min(size(o) for o in e.options)
+        if isinstance(e, Repeat):
+            return 0 if e.min == 0 else e.min * size(e.expr)
+        raise TypeError(e)
+
+    changed = True
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            s = size(body)
+            if s < best[name]:
+                best[name], changed = s, True
+    best["__size__"] = size  # type: ignore[assignment]
+    return best
+
+
+def _pick_char(ranges: list[tuple[int, int]], rng: random.Random) -> str:
+    # prefer printable ASCII when the class allows it, so samples stay readable
+    ascii_ranges = [(max(lo, 0x20), min(hi, 0x7E)) for lo, hi in ranges if lo <= 0x7E and hi >= 0x20]
+    pool = ascii_ranges if ascii_ranges and rng.random() < 0.8 else ranges
+    weights = [hi - lo + 1 for lo, hi in pool]
+    lo, hi = rng.choices(pool, weights=weights)[0]
+    cp = rng.randint(lo, hi)
+    while 0xD800 <= cp <= 0xDFFF:
+        cp = rng.randint(lo, hi)
+    return chr(cp)
+
+
+def random_text(rules: dict[str, Expr], root: str, rng: random.Random, max_depth: int = 12,
+                max_repeat: int = 4) -> str:
+    """One random string of the grammar ``rules`` starting at ``root``.
+
+    ``max_depth`` bounds rule nesting before the walk turns to shortest completions;
+    ``max_repeat`` caps how many extra times an unbounded repetition repeats.
+    Raises ``ValueError`` if ``root`` cannot derive any finite string.
+    """
+    info = _min_lengths(rules)
+    size = info.pop("__size__")
+    if info[root] == _INF:
+        raise ValueError(f"rule {root!r} derives no finite string")
+    out: list[str] = []
+
+    def walk(e: Expr, depth: int) -> None:
+        if isinstance(e, Literal):
+            out.append(e.text)
+        elif isinstance(e, CharClass):
+            out.append(_pick_char(e.code_point_ranges(), rng))
+        elif isinstance(e, AnyChar):
+            out.append(_pick_char([(0, MAX_CODE_POINT)], rng))
+        elif isinstance(e, TokenRef):
+            raise ValueError("token references have no text without a vocabulary")
+        elif isinstance(e, RuleRef):
+            walk(rules[e.name], depth + 1)
+        elif isinstance(e, Seq):
+            for i in e.items:
+                walk(i, depth)
+        elif isinstance(e, Alt):
+            finite = [o for o in e.options if size(o) < _INF]
+            if depth >= max_depth:
+                shortest = min(size(o) for o in finite)
+                finite = [o for o in finite if size(o) == shortest]
+            walk(rng.choice(finite), depth)
+        elif isinstance(e, Repeat):
+            if depth >= max_depth:
+                n = e.min
+            else:
+                hi = e.max if e.max is not None else e.min + max_repeat
+                n = rng.randint(e.min, min(hi, e.min + max_repeat))
+            for _ in range(n):
+                walk(e.expr, depth)
+        else:
+            raise TypeError(f"not a grammar expression: {e!r}")
+
+    walk(RuleRef(root), 0)
+    return "".join(out)

@@ -1,0 +1,166 @@
+"""JSON Schema -> GBNF: random instances drawn from the grammar validate with jsonschema, and
+hand-written invalid instances (one per keyword) are rejected, in default and compact spellings."""
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+
+from halter.errors import SchemaError, UnsupportedSchemaError
+from halter.grammar import Grammar
+from halter.grammar.random_text import random_text
+from halter.schemas import SchemaWarning, json_schema_to_gbnf, schema_to_rules
+
+# (schema, valid instances, invalid instances)
+CASES = [
+    ({"type": "integer", "minimum": -5, "maximum": 1000}, [-5, 0, 7, 1000, 3.0], [-6, 1001, 2.5, "1"]),
+    ({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}, [1, 9], [0, 10]),
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 2.25}, [0.5, 1, 2.2499, 2], [0.49, 2.25, 3, -1]),
+    ({"type": "number", "minimum": 0}, [0, 1e-05, 3.5e20], [-0.1, -1e-05]),
+    ({"type": "integer", "multipleOf": 7}, [0, 7, -14, 700], [1, 15, -8]),
+    ({"type": "string", "minLength": 2, "maxLength": 3}, ["ab", "abc", "é😀"], ["a", "abcd", "😀"]),
+    ({"type": "string", "pattern": "^[a-z]{2,5}$"}, ["ab", "hello"], ["a", "Hello", "abcdef"]),
+    ({"type": "string", "pattern": "b+c"}, ["abbc", "bc", "xxbcyy"], ["ac", "b c", ""]),
+    ({"type": "string", "format": "date"}, ["2020-02-29", "1999-12-31"], ["2021-02-29", "2020-13-01", "20200101"]),
+    ({"type": "string", "format": "date-time"}, ["2020-01-01T10:00:00Z", "2020-01-01t10:00:00.5+01:30"], ["2020-01-01 10:00:00Z"]),
+    ({"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567e89b12d3a456426614174000"]),
+    ({"type": "string", "format": "ipv4"}, ["192.168.0.1"], ["256.1.1.1", "01.1.1.1"]),
+    ({"type": "string", "format": "ipv6"}, ["::1", "fe80::1:2"], ["1:::2", "12345::"]),
+    ({"type": "string", "format": "email"}, ["joe.bloggs@example.com"], ["joe..bloggs@example.com", "joe"]),
+    ({"type": "string", "format": "uri"}, ["https://example.com/a?b=c#d"], ["//example.com", "no scheme"]),
+    ({"type": "string", "format": "hostname"}, ["example.com", "a-b.c"], ["-ab.com", "a_b.com"]),
+    ({"type": ["string", "null"]}, ["x", None], [1, True]),
+    ({"enum": ["red", 1, None, [1, 2], {"a": 1}]}, ["red", 1, 1.0, None, [1, 2], {"a": 1}], ["blue", 2, [2, 1]]),
+    ({"const": "é\"\n"}, ["é\"\n"], ["e"]),
+    ({"type": "array", "prefixItems": [{"type": "boolean"}, {"const": "x"}], "items": {"type": "integer"},
+      "minItems": 1, "maxItems": 4}, [[True], [False, "x", 1, 2]], [[], ["x"], [True, "x", 1, 2, 3], [True, "y"]]),
+    ({"type": "array", "items": {"type": "string"}, "minItems": 2}, [["a", "b"], ["a", "b", "c"]], [["a"], [1, 2]]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]},
+     [{"a": 1}, {"b": "x", "a": 2}, {"a": 1, "zzz": [None]}], [{}, {"b": "x"}, {"a": "1"}, {"a": 1, "b": 2}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+     [{}, {"a": 1}], [{"b": 1}, {"a": 1, "c": 2}]),
+    ({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1, "maxProperties": 2},
+     [{"x": 1}, {"x": 1, "y": 2}], [{}, {"x": "1"}, {"x": 1, "y": 2, "z": 3}]),
+    ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+     [{}, {"x-a": 1}], [{"y": 1}, {"x-a": "1"}]),
+    ({"type": "object", "propertyNames": {"maxLength": 3}}, [{}, {"abc": 1}], [{"abcd": 1}]),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+     [{"b": 1}, {"a": 1, "b": 2}], [{"a": 1}]),
+    ({"anyOf": [{"type": "integer", "minimum": 10}, {"type": "string", "maxLength": 1}]}, [10, "a"], [9, "ab"]),
+    ({"oneOf": [{"type": "integer"}, {"type": "boolean"}]}, [1, True], ["x"]),
+    ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"properties": {"b": {"enum": [1, "two", None]}}, "required": ["b"]}]},
+     [{"a": 1, "b": "two"}, {"b": None, "a": 0}], [{"a": 1}, {"a": 1, "b": 2}]),
+    ({"type": "object", "properties": {"x": {"type": "integer"}}, "anyOf": [{"required": ["x"]}, {"required": ["y"]}]},
+     [{"x": 1}, {"y": "s"}], [{}, {"x": "1"}]),
+    ({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+                                                          "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+                         "required": ["v", "next"], "additionalProperties": False}},
+      "$ref": "#/$defs/node"},
+     [{"v": 1, "next": None}, {"v": 1, "next": {"v": 2, "next": None}}], [{"v": 1}, {"v": 1, "next": {"v": "2", "next": None}}]),
+    ({"definitions": {"pos": {"type": "integer", "minimum": 1}}, "$schema": "http://json-schema.org/draft-07/schema#",
+      "type": "array", "items": [{"$ref": "#/definitions/pos"}], "additionalItems": False}, [[], [1]], [[0], [1, 2]]),
+    (True, [1, "x", None, {"a": [1]}], []),
+]
+
+
+def _validator(schema):
+    cls = jsonschema.validators.validator_for(schema if isinstance(schema, dict) else {})
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _texts(value):
+    return {json.dumps(value), json.dumps(value, separators=(",", ":")), json.dumps(value, ensure_ascii=False),
+            json.dumps(value, indent=2)}
+
+
+@pytest.mark.parametrize("schema,valid,invalid", CASES, ids=[json.dumps(c[0])[:50] for c in CASES])
+def test_schema_grammar_agrees_with_jsonschema(schema, valid, invalid):
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
+    for v in valid:
+        assert _validator(schema).is_valid(v)
+        for t in _texts(v):
+            assert g.matches(t), f"valid instance rejected: {t}"
+    for v in invalid:
+        # python-jsonschema only checks these formats loosely (or with optional packages)
+        if not (isinstance(schema, dict) and schema.get("format") in ("email", "uri", "hostname")):
+            assert not _validator(schema).is_valid(v)
+        for t in _texts(v):
+            assert not g.matches(t), f"invalid instance accepted: {t}"
+    compact = Grammar.from_gbnf(json_schema_to_gbnf(schema, whitespace="compact"))
+    for v in valid:
+        assert compact.matches(json.dumps(v, separators=(",", ":")))
+        if isinstance(v, (dict, list)) and len(v) > 0:
+            assert not compact.matches(json.dumps(v, indent=1))
+
+
+@pytest.mark.parametrize("schema", [c[0] for c in CASES], ids=[json.dumps(c[0])[:50] for c in CASES])
+def test_random_instances_from_the_grammar_validate(schema):
+    rules = schema_to_rules(schema)
+    validator = _validator(schema)
+    rng = random.Random(1234)
+    for _ in range(25):
+        text = random_text(rules, "root", rng)
+        value = json.loads(text)
+        if "23:59:60" in text:   # RFC 3339 leap second: valid per the spec, python-jsonschema says no
+            continue
+        assert validator.is_valid(value), f"grammar produced an invalid instance: {text}"
+
+
+def test_schema_is_not_mutated():
+    schema = {"allOf": [{"properties": {"a": {"type": "integer"}}}, {"required": ["a"]}], "$defs": {"x": {}}}
+    before = json.dumps(schema, sort_keys=True)
+    json_schema_to_gbnf(schema)
+    assert json.dumps(schema, sort_keys=True) == before
+
+
+@pytest.mark.parametrize("keyword,schema", [
+    ("uniqueItems", {"type": "array", "uniqueItems": True}),
+    ("not", {"not": {"type": "string"}}),
+    ("if", {"if": {"type": "string"}, "then": {"minLength": 2}}),
+    ("contains", {"type": "array", "contains": {"type": "integer"}}),
+    ("multipleOf", {"type": "number", "multipleOf": 0.3}),
+])
+def test_unsupported_keywords_name_keyword_and_pointer(keyword, schema):
+    wrapped = {"type": "object", "properties": {"p": schema}}
+    with pytest.raises(UnsupportedSchemaError) as err:
+        json_schema_to_gbnf(wrapped)
+    assert err.value.keyword == keyword
+    assert err.value.pointer == "#/properties/p"
+    with pytest.warns(SchemaWarning, match=keyword):
+        lenient = Grammar.from_gbnf(json_schema_to_gbnf(wrapped, strict=False))
+    assert lenient.matches('{"p": []}') or keyword in ("multipleOf",)
+
+
+def test_invalid_schema_is_reported_with_pointer():
+    with pytest.raises(SchemaError) as err:
+        json_schema_to_gbnf({"type": "object", "properties": {"a": {"type": "strin"}}})
+    assert err.value.pointer == "#/properties/a/type"
+    with pytest.raises(SchemaError, match="not valid JSON"):
+        json_schema_to_gbnf("{nope")
+    with pytest.raises(SchemaError, match="cannot resolve"):
+        json_schema_to_gbnf({"$ref": "https://example.com/other.json"})
+
+
+def test_closed_objects_and_prop_order():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    closed = Grammar.from_gbnf(json_schema_to_gbnf(schema, closed_objects=True))
+    assert closed.matches('{"a": 1}') and not closed.matches('{"c": 1}')
+    ordered = Grammar.from_gbnf(json_schema_to_gbnf(schema, prop_order=["b", "a"]))
+    assert ordered.matches('{"b": 1, "a": 2}') and not ordered.matches('{"a": 2, "b": 1}')
+
+
+def test_whitespace_is_bounded():
+    g = Grammar.from_gbnf(json_schema_to_gbnf({"type": "array"}))
+    assert g.matches("[ 1 ]") and g.matches("[\n  1\n]")
+    assert not g.matches("[" + " " * 200 + "1]")
+    assert not g.matches("[\n\n\n1]")
+
+
+def test_known_keys_cannot_be_smuggled_as_extra_properties():
+    g = Grammar.from_gbnf(json_schema_to_gbnf({"properties": {"name": {"type": "string"}}, "type": "object"}))
+    assert g.matches('{"nam": 1, "names": 2, "name": "x"}')
+    assert not g.matches('{"name": 1}')
+    assert not g.matches('{"name": "x", "name": "y"}')
