@@ -1,0 +1,91 @@
+"""Regex -> GBNF: the grammar matches exactly what ECMAScript/Python full-matching accepts."""
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from halter.errors import SchemaError, UnsupportedSchemaError
+from halter.grammar import Grammar
+from halter.schemas import RegexError, UnsupportedRegexError, regex_to_gbnf
+from halter.schemas.regex import regex_to_expr
+from halter.grammar.random_text import random_text
+
+# (pattern, strings to try); the expected answer comes from Python's re, whose semantics agree
+# with ECMAScript on these patterns
+PATTERNS = [
+    (r"[a-c]+x?", ["a", "abcx", "x", "", "abcxx", "d"]),
+    (r"\d{3}-\d{2,4}", ["123-45", "123-4567", "12-45", "123-45678", "abc-12"]),
+    (r"(?:ab|cd)*e", ["e", "abe", "abcdabe", "ace", "ab"]),
+    (r"(?P<y>\d{4})-(?<m>0[1-9]|1[0-2])", ["2024-01", "2024-13", "24-01"]),
+    (r"[^\s,]+,\w*", ["a,b_1", "a b,c", ",x", "é,"]),
+    (r"\u00e9\x41\.", ["éA.", "éAx", "eA."]),
+    (r"a{2}b{1,}c{,3}", ["aab", "aabbb", "ab", "aabc{,3}"]),
+    (r"x+?y??z*?", ["xz", "xxyzz", "y"]),
+    (r"[\]\-]+|\\", ["]-]", "\\", "a"]),
+    (r"^abc$", ["abc", "abcd"]),
+]
+
+
+@pytest.mark.parametrize("pattern,samples", PATTERNS, ids=[p for p, _ in PATTERNS])
+def test_regex_grammar_matches_like_fullmatch(pattern, samples):
+    g = Grammar.from_gbnf(regex_to_gbnf(pattern))
+    py = pattern.replace("(?<m>", "(?P<m>").replace("{,3}", r"\{,3\}")
+    for s in samples:
+        assert g.matches(s) == bool(re.fullmatch(py, s)), s
+
+
+@pytest.mark.parametrize("pattern,samples", PATTERNS, ids=[p for p, _ in PATTERNS])
+def test_random_strings_of_the_regex_grammar_match(pattern, samples):
+    rules = {"root": regex_to_expr(pattern)}
+    py = pattern.replace("(?<m>", "(?P<m>").replace("{,3}", r"\{,3\}")
+    rng = random.Random(7)
+    for _ in range(30):
+        s = random_text(rules, "root", rng)
+        assert re.fullmatch(py, s), s
+
+
+def test_unanchored_patterns_match_anywhere():
+    g = Grammar.from_gbnf(regex_to_gbnf("b+c", anchored=False))
+    assert g.matches("abbcd") and g.matches("bc") and not g.matches("acb")
+    g = Grammar.from_gbnf(regex_to_gbnf("^ab|cd$", anchored=False))
+    assert g.matches("abzz") and g.matches("zzcd") and not g.matches("zabz")
+
+
+def test_dot_excludes_line_terminators():
+    g = Grammar.from_gbnf(regex_to_gbnf("a.c"))
+    assert g.matches("abc") and g.matches("aéc")
+    assert not g.matches("a\nc") and not g.matches("a\u2028c")
+
+
+@pytest.mark.parametrize("pattern,message", [
+    (r"(a)\1", "backreferences"),
+    (r"a(?=b)", "lookaround"),
+    (r"a(?<!b)", "lookaround"),
+    (r"\bword", "word boundaries"),
+    (r"\p{L}", "Unicode property"),
+    (r"(?i)abc", "inline flags"),
+])
+def test_unsupported_constructs_raise(pattern, message):
+    with pytest.raises(UnsupportedRegexError, match=message) as err:
+        regex_to_gbnf(pattern)
+    assert isinstance(err.value, UnsupportedSchemaError)
+
+
+@pytest.mark.parametrize("pattern,message", [
+    ("(ab", "missing '\\)'"), ("ab)", "unbalanced"), ("[z-a]", "out of order"), ("a**", "nothing to repeat"),
+    ("*a", "nothing to repeat"), ("a{3,2}", "out of order"), ("\\", "backslash"), ("[ab", "unterminated"),
+])
+def test_malformed_regex_raises_with_position(pattern, message):
+    with pytest.raises(RegexError, match=message) as err:
+        regex_to_gbnf(pattern)
+    assert isinstance(err.value, SchemaError)
+    assert 0 <= err.value.position <= len(pattern)
+
+
+def test_schema_pattern_errors_carry_the_json_pointer():
+    from halter.schemas import json_schema_to_gbnf
+    with pytest.raises(UnsupportedSchemaError) as err:
+        json_schema_to_gbnf({"properties": {"p": {"type": "string", "pattern": "(a)\\1"}}})
+    assert err.value.pointer == "#/properties/p" and err.value.keyword == "pattern"
