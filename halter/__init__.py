@@ -1,16 +1,49 @@
-"""halter: make a language model's output obey a grammar (GBNF, JSON Schema, regex, Pydantic)."""
+"""halter: make a language model's output obey a grammar (GBNF, JSON Schema, regex, Pydantic).
+
+Grammar side (no torch needed): ``Grammar``, ``Vocabulary``, ``CompiledGrammar``, ``TokenMatcher``,
+``allocate_bitmask``, ``apply_bitmask``. Generation side (imports torch on first use): ``Model``,
+``generate``, ``generate_batch``, ``SamplingParams``, ``Completion``.
+"""
+from typing import Any
+
 from halter.errors import (GrammarError, HalterError, IncompleteOutputError, ModelLoadError,
                            NoValidTokenError, SchemaError, UnsupportedSchemaError)
-
 from halter.grammar import Grammar, GrammarMatcher
+from halter.grammar.bitmask import allocate_bitmask, apply_bitmask, apply_token_bitmask_inplace
 from halter.grammar.compiled import CompiledGrammar
 from halter.grammar.token_matcher import TokenMatcher
 from halter.grammar.vocab import Vocabulary
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "Model": ("halter.engine.model", "Model"),
+    "Tokenizer": ("halter.engine.tokenizer", "Tokenizer"),
+    "generate": ("halter.api", "generate"),
+    "generate_batch": ("halter.api", "generate_batch"),
+    "Completion": ("halter.completion", "Completion"),
+    "CompletionStream": ("halter.completion", "CompletionStream"),
+    "SamplingParams": ("halter.sampling.params", "SamplingParams"),
+    "CommonSampler": ("halter.sampling.common", "CommonSampler"),
+}
+
 __all__ = [
     "GrammarError", "HalterError", "IncompleteOutputError", "ModelLoadError", "NoValidTokenError",
     "SchemaError", "UnsupportedSchemaError", "__version__",
     "Grammar", "GrammarMatcher", "CompiledGrammar", "TokenMatcher", "Vocabulary",
+    "allocate_bitmask", "apply_bitmask", "apply_token_bitmask_inplace", *_LAZY,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'halter' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
