@@ -24,6 +24,15 @@ import torch
 from halter.engine import Model, build_tiny_gguf
 
 
+def paired_medians(fa, fb, repeats: int) -> tuple[float, float]:
+    """Median seconds of ``fa`` and ``fb``, run alternately so machine load hits both alike."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        ta.append(median_time(fa, 1))
+        tb.append(median_time(fb, 1))
+    return statistics.median(ta), statistics.median(tb)
+
+
 def median_time(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -67,11 +76,10 @@ def bench_cpu(tmp: str, args: argparse.Namespace) -> None:
 
     for fn in (ours_prompt, hf_prompt):      # warm-up
         fn()
-    t_ours_pp = median_time(ours_prompt, args.repeats)
-    t_hf_pp = median_time(hf_prompt, args.repeats)
+    t_ours_pp, t_hf_pp = paired_medians(ours_prompt, hf_prompt, args.repeats)
     # decode = (prompt + n decode steps) - prompt
-    t_ours_gen = median_time(ours_decode, args.repeats) - t_ours_pp
-    t_hf_gen = median_time(hf_generate, args.repeats) - t_hf_pp
+    t_ours_all, t_hf_all = paired_medians(ours_decode, hf_generate, args.repeats)
+    t_ours_gen, t_hf_gen = t_ours_all - t_ours_pp, t_hf_all - t_hf_pp
     pp_ours, pp_hf = args.prompt / t_ours_pp, args.prompt / t_hf_pp
     tg_ours, tg_hf = args.decode / t_ours_gen, args.decode / t_hf_gen
     print(f"\n## CPU, {n_params / 1e6:.0f}M-parameter llama (fp32), torch threads = {torch.get_num_threads()}")
