@@ -5,6 +5,8 @@ with a warning)? For each test instance: does the grammar accept ``json.dumps(in
 separators) and the compact form exactly when the instance is valid? Reported overall and per
 keyword. Run: ``python bench/schema_bench.py [--limit N] [--only jsts|jsb]``.
 
+Formats are asserted (as in the suite's optional/format tests), so the few format.json tests
+saying an invalid format is "only an annotation by default" are left out.
 "Agreement" counts an instance once; it agrees when both serializations get the right verdict.
 Strict numbers cover the schemas that compile strictly; lenient numbers cover every schema that
 compiles at all (lenient fallbacks included, so they are the honest "what a user gets" figure).
@@ -60,7 +62,11 @@ def load(only: str | None) -> list[dict]:
             groups: dict[str, dict] = {}
             for line in (SHARED / name).open():
                 row = json.loads(line)
-                key = json.dumps(row["schema"], sort_keys=True)
+                if "draft7" in name and isinstance(row["schema"], dict) and "$schema" not in row["schema"]:
+                    row["schema"] = {"$schema": "http://json-schema.org/draft-07/schema#", **row["schema"]}
+                if "only an annotation by default" in row["description"]:
+                    continue   # halter asserts formats (optional/format/*); these tests assume it does not
+                key = row["file"] + json.dumps(row["schema"], sort_keys=True)
                 g = groups.setdefault(key, {"suite": name.split(".")[0], "id": row["group"],
                                             "schema": row["schema"], "keywords": set(row["keywords"]),
                                             "in_principle": row["in_principle"], "tests": []})

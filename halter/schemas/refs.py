@@ -51,7 +51,10 @@ class RefIndex:
 
     def resolve(self, ref: str, base: str, where: str) -> tuple[Any, str, str]:
         """(target schema, its base URI, its JSON pointer in the root document)."""
-        uri, frag = urldefrag(urljoin(base, ref))
+        if ref.startswith("#"):            # urljoin cannot resolve against e.g. urn: bases
+            uri, frag = base, ref[1:]
+        else:
+            uri, frag = urldefrag(urljoin(base, ref))
         if uri not in self.docs:
             raise SchemaError(f"cannot resolve $ref {ref!r}: remote references are not fetched",
                               where, "$ref")
