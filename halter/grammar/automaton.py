@@ -14,15 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from halter.errors import GrammarError
-from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
-                                MAX_CODE_POINT)
-from halter.grammar.utf8 import utf8_sequences
+from halter.grammar.ast import Expr, TokenRef
+from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
 
-EPS, BYTES, CALL, TOKEN = 0, 1, 2, 3
-MAX_INLINE_REPEAT_STATES = 4000   # bigger repetitions call an auxiliary rule instead of unrolling
 MAX_DFA_STATES = 50_000
-INLINE_MAX_STATES = 400          # non-recursive rules this small are expanded where they are used
-INLINE_ONCE_MAX_STATES = 4000    # ... and bigger ones too when they are used only once
+# Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
+AUTOMATON_VERSION = "3"
 
 
 @dataclass
@@ -50,186 +47,7 @@ class RuleAutomata:
         return len(self.rule_of)
 
 
-class _Nfa:
-    def __init__(self) -> None:
-        self.edges: list[list[tuple[int, object, int]]] = []
-
-    def new(self) -> int:
-        self.edges.append([])
-        return len(self.edges) - 1
-
-    def add(self, a: int, kind: int, label: object, b: int) -> None:
-        self.edges[a].append((kind, label, b))
-
-
-class _Builder:
-    """Builds the NFA of every rule, adding auxiliary rules for large repetitions."""
-
-    def __init__(self, rules: dict[str, Expr]) -> None:
-        self.rules = dict(rules)
-        self.names: list[str] = []
-        self.index: dict[str, int] = {}
-        self.nfas: list[tuple[_Nfa, int, int]] = []
-        self.token_refs: list[TokenRef] = []
-        self.token_index: dict[TokenRef, int] = {}
-        self._size_cache: dict[int, int] = {}
-        self.inline: set[str] = set()
-
-    def rule_id(self, name: str) -> int:
-        if name not in self.index:
-            self.index[name] = len(self.names)
-            self.names.append(name)
-        return self.index[name]
-
-    def plan_inlining(self, root: str) -> None:
-        """Choose the rules to expand in place of their calls: small, non-recursive ones.
-
-        Inlining a leaf like ``char ::= [^"\\] | "\\" ...`` into ``string ::= "\"" char* "\""`` keeps
-        the string body inside one DFA, so tokens never leave and re-enter a rule at every character
-        (which would make masks depend on the caller at every step).
-        """
-        from halter.grammar.ast import rule_refs
-        refs = {n: [r.name for r in rule_refs(e)] for n, e in self.rules.items()}
-        counts: dict[str, int] = {}
-        for n, rs in refs.items():
-            for r in rs:
-                counts[r] = counts.get(r, 0) + 1
-        recursive: set[str] = set()
-        for n in self.rules:
-            seen, stack = set(), list(refs[n])
-            while stack:
-                x = stack.pop()
-                if x == n:
-                    recursive.add(n)
-                    break
-                if x not in seen and x in refs:
-                    seen.add(x)
-                    stack.extend(refs[x])
-        expanded: dict[str, int] = {}
-
-        def exp_size(n: str) -> int:
-            if n not in expanded:
-                expanded[n] = 1 << 30          # guard (recursive rules are never expanded)
-                own = self.size(self.rules[n])
-                extra = sum(exp_size(r) - 1 for r in refs[n] if r in self.inline)
-                expanded[n] = own + extra
-            return expanded[n]
-
-        self.inline: set[str] = set()
-        for n in sorted(self.rules, key=lambda x: len(refs[x])):      # leaves first
-            if n == root or n in recursive:
-                continue
-            size = exp_size(n)
-            if size <= INLINE_MAX_STATES or (counts.get(n, 0) == 1 and size <= INLINE_ONCE_MAX_STATES):
-                self.inline.add(n)
-                expanded.clear()
-
-    def build_all(self, root: str) -> None:
-        self.plan_inlining(root)
-        self.rule_id(root)
-        i = 0
-        while i < len(self.names):            # rules are numbered as they are first referenced
-            name = self.names[i]
-            nfa = _Nfa()
-            s, e = nfa.new(), nfa.new()
-            self.nfas.append((nfa, s, e))
-            self.emit(nfa, self.rules[name], s, e, name)
-            i += 1
-
-    def size(self, expr: Expr) -> int:
-        key = id(expr)
-        if key not in self._size_cache:
-            if isinstance(expr, Literal):
-                n = len(expr.text.encode()) + 1
-            elif isinstance(expr, (CharClass, AnyChar)):
-                n = 8
-            elif isinstance(expr, Seq):
-                n = sum(self.size(i) for i in expr.items)
-            elif isinstance(expr, Alt):
-                n = sum(self.size(i) for i in expr.options) + 2
-            elif isinstance(expr, Repeat):
-                n = self.size(expr.expr) * max(expr.min, expr.max or 1, 1) + 2
-            else:
-                n = 1
-            self._size_cache[key] = n
-        return self._size_cache[key]
-
-    def emit(self, nfa: _Nfa, expr: Expr, s: int, e: int, rule: str) -> None:
-        if isinstance(expr, Literal):
-            data = expr.text.encode("utf-8", "surrogatepass")
-            cur = s
-            for i, b in enumerate(data):
-                nxt = e if i == len(data) - 1 else nfa.new()
-                nfa.add(cur, BYTES, (b, b), nxt)
-                cur = nxt
-            if not data:
-                nfa.add(s, EPS, None, e)
-        elif isinstance(expr, (CharClass, AnyChar)):
-            ranges = [(0, MAX_CODE_POINT)] if isinstance(expr, AnyChar) else expr.code_point_ranges()
-            for lo, hi in ranges:
-                for byte_seq in utf8_sequences(lo, hi):
-                    cur = s
-                    for i, rng in enumerate(byte_seq):
-                        nxt = e if i == len(byte_seq) - 1 else nfa.new()
-                        nfa.add(cur, BYTES, rng, nxt)
-                        cur = nxt
-        elif isinstance(expr, RuleRef):
-            if expr.name in self.inline:
-                self.emit(nfa, self.rules[expr.name], s, e, rule)
-            else:
-                nfa.add(s, CALL, self.rule_id(expr.name), e)
-        elif isinstance(expr, TokenRef):
-            if expr not in self.token_index:
-                self.token_index[expr] = len(self.token_refs)
-                self.token_refs.append(expr)
-            nfa.add(s, TOKEN, self.token_index[expr], e)
-        elif isinstance(expr, Seq):
-            cur = s
-            for i, item in enumerate(expr.items):
-                nxt = e if i == len(expr.items) - 1 else nfa.new()
-                self.emit(nfa, item, cur, nxt, rule)
-                cur = nxt
-        elif isinstance(expr, Alt):
-            for opt in expr.options:
-                a, b = nfa.new(), nfa.new()
-                nfa.add(s, EPS, None, a)
-                nfa.add(b, EPS, None, e)
-                self.emit(nfa, opt, a, b, rule)
-        elif isinstance(expr, Repeat):
-            self.emit_repeat(nfa, expr, s, e, rule)
-        else:
-            raise TypeError(f"unknown grammar expression {expr!r}")
-
-    def emit_repeat(self, nfa: _Nfa, rep: Repeat, s: int, e: int, rule: str) -> None:
-        inner = rep.expr
-        copies = max(rep.min, rep.max if rep.max is not None else rep.min + 1)
-        if copies > 2 and self.size(inner) * copies > MAX_INLINE_REPEAT_STATES \
-                and not isinstance(inner, RuleRef):
-            aux = f"{rule}--repeat-{len(self.rules)}"
-            self.rules[aux] = inner
-            inner = RuleRef(aux)
-        cur = s
-        for _ in range(rep.min):
-            nxt = nfa.new()
-            self.emit(nfa, inner, cur, nxt, rule)
-            cur = nxt
-        if rep.max is None:
-            loop = nfa.new()
-            nfa.add(cur, EPS, None, loop)
-            body_end = nfa.new()
-            self.emit(nfa, inner, loop, body_end, rule)
-            nfa.add(body_end, EPS, None, loop)
-            nfa.add(loop, EPS, None, e)
-        else:
-            for _ in range(rep.max - rep.min):
-                nfa.add(cur, EPS, None, e)
-                nxt = nfa.new()
-                self.emit(nfa, inner, cur, nxt, rule)
-                cur = nxt
-            nfa.add(cur, EPS, None, e)
-
-
-def _byte_classes(builders: list[tuple[_Nfa, int, int]]) -> list[int]:
+def _byte_classes(builders: list[tuple[Nfa, int, int]]) -> list[int]:
     cuts = {0, 256}
     for nfa, _, _ in builders:
         for edges in nfa.edges:
@@ -245,7 +63,7 @@ def _byte_classes(builders: list[tuple[_Nfa, int, int]]) -> list[int]:
     return class_of
 
 
-def _determinize(nfa: _Nfa, s: int, e: int, class_of: list[int], n_classes: int, name: str):
+def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, name: str):
     """Subset construction. Returns (accepting, byte_next, calls, tokens) per DFA state, start = 0."""
     closure_cache: dict[int, frozenset[int]] = {}
 
@@ -347,7 +165,7 @@ def _minimize(acc, byte_next, calls, tokens):
 
 def build_automata(rules: dict[str, Expr], root: str) -> RuleAutomata:
     """Compile the rules reachable from ``root`` into global position tables."""
-    b = _Builder(rules)
+    b = NfaBuilder(rules)
     b.build_all(root)
     class_of = _byte_classes(b.nfas)
     n_classes = max(class_of) + 1

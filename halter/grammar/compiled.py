@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from halter.errors import GrammarError
+from halter.grammar.automaton import AUTOMATON_VERSION
 from halter.grammar.masks import TransitionTable, pack_bits, walk_subtrees, walk_trie_batch
 from halter.grammar.parser_state import BOTTOM_ID, OPAQUE_ID, Node
 from halter.grammar.trie import TokenTrie
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from halter.grammar.token_matcher import TokenMatcher
     from halter.grammar.vocab import Vocabulary
 
-CACHE_VERSION = "1"
+CACHE_VERSION = f"tables-2/automaton-{AUTOMATON_VERSION}"
 
 
 def cache_dir() -> Path:

@@ -107,14 +107,14 @@ class Grammar:
 
 
 # -- on-disk cache of parsed grammars (rules and automata), keyed by the exact source text ---------
-_AUTOMATA_VERSION = "1"
 
 
 def _cache_path(text: str, root: str):
     import hashlib
 
+    from halter.grammar.automaton import AUTOMATON_VERSION
     from halter.grammar.compiled import cache_dir
-    key = hashlib.sha256(f"{_AUTOMATA_VERSION}\0{root}\0{text}".encode("utf-8", "surrogatepass"))
+    key = hashlib.sha256(f"{AUTOMATON_VERSION}\0{root}\0{text}".encode("utf-8", "surrogatepass"))
     return cache_dir() / f"grammar-{key.hexdigest()[:32]}.pickle"
 
 

@@ -9,16 +9,16 @@ End-of-generation ids are gathered the way llama.cpp's ``llama_vocab::load`` gat
 from __future__ import annotations
 
 import hashlib
-import mmap
 import struct
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-from gguf import GGUF_MAGIC, GGUFValueType, Keys
+from gguf import Keys
 
 from halter.errors import ModelLoadError
+from halter.grammar.gguf_metadata import read_gguf_metadata
 
 __all__ = ["Vocabulary", "read_gguf_metadata", "gpt2_byte_decoder", "gpt2_byte_encoder",
            "TOKEN_NORMAL", "TOKEN_UNKNOWN", "TOKEN_CONTROL", "TOKEN_USER_DEFINED",
@@ -28,10 +28,6 @@ TOKEN_UNDEFINED, TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL = 0, 1, 2, 3
 TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 4, 5, 6
 
 _K = Keys.Tokenizer
-_SCALAR = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
-           GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-           GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
-           GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d"}
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
 # Texts llama.cpp marks as end-of-generation (src/llama-vocab.cpp, llama_vocab::impl::load).
@@ -73,110 +69,6 @@ def gpt2_byte_encoder() -> dict[int, str]:
 def gpt2_byte_decoder() -> dict[str, int]:
     """The inverse of :func:`gpt2_byte_encoder`: character -> byte value."""
     return {c: b for b, c in gpt2_byte_encoder().items()}
-
-
-def read_gguf_metadata(path: str | Path, *, skip: Iterable[str] = ()) -> dict[str, Any]:
-    """Read the key/value metadata of a GGUF file (never its tensors).
-
-    Strings come back as ``str``, string arrays as ``list[bytes]`` (raw UTF-8, exactly as stored),
-    numeric arrays as read-only numpy arrays. Keys in ``skip`` are stepped over without decoding.
-    A file that is not GGUF, or is cut short, raises :class:`ModelLoadError` naming the file and the
-    field being read. (gguf's ``GGUFReader`` is not used: it also indexes every tensor and every
-    string part, which takes seconds for a 100k vocabulary.)
-    """
-    path = Path(path)
-    skip = frozenset(skip)
-    try:
-        with open(path, "rb") as fh:
-            size = path.stat().st_size
-            if size < 24:
-                raise ModelLoadError("not a GGUF file (too short for a header)", path=path, field="header")
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse_kv(buf, size, path, skip)
-    except OSError as exc:
-        if isinstance(exc, ModelLoadError):
-            raise
-        raise ModelLoadError(f"cannot read file ({exc.strerror or exc})", path=path) from exc
-
-
-def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> dict[str, Any]:
-    if _U32.unpack_from(buf, 0)[0] != GGUF_MAGIC:
-        raise ModelLoadError(f"not a GGUF file (magic {bytes(buf[:4])!r})", path=path, field="magic")
-    version = _U32.unpack_from(buf, 4)[0]
-    if version not in (2, 3):
-        raise ModelLoadError(f"unsupported GGUF version {version} (expected 2 or 3)", path=path,
-                             field="version")
-    n_kv = _U64.unpack_from(buf, 16)[0]
-    pos, field = 24, "header"
-    out: dict[str, Any] = {}
-
-    def need(n: int) -> None:
-        if n < 0 or pos + n > size:
-            raise ModelLoadError("file is truncated", path=path, field=field)
-
-    def read_str() -> bytes:
-        nonlocal pos
-        need(8)
-        n = _U64.unpack_from(buf, pos)[0]
-        need(8 + n)
-        s = buf[pos + 8:pos + 8 + n]
-        pos += 8 + n
-        return s
-
-    def read_value(vtype: int, keep: bool) -> Any:
-        nonlocal pos
-        if vtype == GGUFValueType.STRING:
-            s = read_str()
-            return s.decode("utf-8", errors="replace")
-        if vtype in _SCALAR:
-            fmt = _SCALAR[GGUFValueType(vtype)]
-            n = struct.calcsize(fmt)
-            need(n)
-            value = struct.unpack_from(fmt, buf, pos)[0]
-            pos += n
-            return value
-        if vtype == GGUFValueType.ARRAY:
-            need(12)
-            etype, count = struct.unpack_from("<IQ", buf, pos)
-            pos += 12
-            if etype == GGUFValueType.STRING:
-                items: list[bytes] = []
-                append, unpack = items.append, _U64.unpack_from
-                for _ in range(count):
-                    if pos + 8 > size:
-                        need(8)
-                    end = pos + 8 + unpack(buf, pos)[0]
-                    if end > size:
-                        need(end - pos)
-                    if keep:
-                        append(buf[pos + 8:end])
-                    pos = end
-                return items if keep else None
-            if etype in _SCALAR:
-                fmt = _SCALAR[GGUFValueType(etype)]
-                n = struct.calcsize(fmt) * count
-                need(n)
-                arr = np.frombuffer(buf, dtype=np.dtype(fmt), count=count, offset=pos).copy() if keep else None
-                pos += n
-                if arr is not None:
-                    arr.flags.writeable = False
-                return arr
-            if etype == GGUFValueType.ARRAY:
-                return [read_value(GGUFValueType.ARRAY, keep) for _ in range(count)]
-            raise ModelLoadError(f"unknown GGUF array element type {etype}", path=path, field=field)
-        raise ModelLoadError(f"unknown GGUF value type {vtype}", path=path, field=field)
-
-    for index in range(n_kv):
-        field = f"metadata key #{index}"
-        key = read_str().decode("utf-8", errors="replace")
-        field = key
-        need(4)
-        vtype = _U32.unpack_from(buf, pos)[0]
-        pos += 4
-        value = read_value(vtype, key not in skip)
-        if key not in skip:
-            out[key] = value
-    return out
 
 
 class Vocabulary:
