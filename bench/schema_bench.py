@@ -26,7 +26,7 @@ from halter.grammar import Grammar
 from halter.schemas import json_schema_to_gbnf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "schema"
-TIME_LIMIT_S = 20
+TIME_LIMIT_S = 10
 
 
 class _Timeout(Exception):

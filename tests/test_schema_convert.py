@@ -164,3 +164,19 @@ def test_known_keys_cannot_be_smuggled_as_extra_properties():
     assert g.matches('{"nam": 1, "names": 2, "name": "x"}')
     assert not g.matches('{"name": 1}')
     assert not g.matches('{"name": "x", "name": "y"}')
+
+
+def test_overlapping_one_of_is_strict_error_and_lenient_any_of():
+    schema = {"oneOf": [{"type": "integer"}, {"minimum": 2}]}
+    with pytest.raises(UnsupportedSchemaError) as err:
+        json_schema_to_gbnf(schema)
+    assert err.value.keyword == "oneOf"
+    with pytest.warns(SchemaWarning):
+        g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=False))
+    assert g.matches("1") and g.matches('"x"')
+
+
+def test_unchecked_format_is_strict_error():
+    with pytest.raises(UnsupportedSchemaError, match="idn-hostname"):
+        json_schema_to_gbnf({"type": "string", "format": "idn-hostname"})
+    assert json_schema_to_gbnf({"type": "string", "format": "my-own-format"})   # unknown: annotation

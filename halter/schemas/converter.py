@@ -209,8 +209,8 @@ class Converter:
         return None
 
     def _overlap(self, ptr: str) -> None:
-        msg = f"'oneOf' at #{ptr}: branches may overlap; treated as anyOf (exactly-one is not enforced)"
-        self.warnings.append(msg)
+        self.unsupported("oneOf", ptr, "branches may overlap and exactly-one cannot be enforced "
+                                       "(lenient mode treats it as anyOf)")
 
     def ref_rule(self, ref: str, base: str, ptr: str) -> Expr | None:
         target, tbase, tptr = self.index.resolve(ref, base, "#" + ptr)

@@ -96,9 +96,8 @@ class StringBuilder:
         if isinstance(fmt, str):
             if fmt in FORMATS:
                 constraints.append(("format", self.pattern_expr(FORMATS[fmt], ptr, anchored=True)))
-            elif fmt in UNCHECKED_FORMATS and self.conv._may_be("string", s):
-                msg = f"format {fmt!r} at #{ptr} is not checked (any string is accepted)"
-                self.conv.warnings.append(msg)
+            elif fmt in UNCHECKED_FORMATS:
+                self.conv.unsupported("format", ptr, f"format {fmt!r} is not checked (any string would be accepted)")
         patterns = [p for p in [s.get("pattern"), *s.get("x-halter-patterns", [])] if isinstance(p, str)]
         for p in dict.fromkeys(patterns):
             e = self.pattern_expr(p, ptr)
