@@ -227,3 +227,22 @@ def test_json_document_token_by_token_on_real_vocab(real_vocab):
         pos += n
     assert m.is_accepting()
     assert m.allowed_mask()[sorted(real_vocab.eog_ids)[0]]
+
+
+def test_byte_tokens_and_token_refs_on_real_vocab():
+    """Llama-2's <0xXX> byte tokens spell a character one byte at a time; <s> is a control token."""
+    vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-llama-spm.gguf"))
+    cg = Grammar.from_gbnf('root ::= <s> "漢" [字-龥]').compile(vocab)
+    m = cg.matcher()
+    bos = vocab.find_token("<s>")
+    assert m.allowed_mask()[bos] and m.allowed_mask().sum() == 1
+    assert m.accept_token(bos)
+    byte_ids = [vocab.find_token(f"<0x{b:02X}>") for b in "漢".encode()]
+    assert m.allowed_mask()[byte_ids[0]] and not m.allowed_mask()[byte_ids[1]]
+    for i, t in enumerate(byte_ids):
+        expected = brute_force(cg, m, np.arange(vocab.size))
+        assert (m.allowed_mask() == expected).all(), f"after {i} bytes"
+        assert m.accept_token(t)
+    whole = vocab.find_token("字")
+    assert whole is not None and m.allowed_mask()[whole]
+    assert not m.allowed_mask()[vocab.find_token("<0x41>")]
