@@ -116,7 +116,10 @@ class StringBuilder:
                                       f"a length bound together with {kw} is only exact for simple patterns")
             else:
                 expr = fitted
-        return cat(Literal('"'), js.encode_expr(expr), Literal('"'))
+        body = js.encode_expr(expr)
+        if kw == "format" and isinstance(fmt, str):       # one shared rule per format
+            body = js.rules.add(f"format-{fmt}", body)
+        return cat(Literal('"'), body, Literal('"'))
 
     # keys -------------------------------------------------------------------------------------
     def key_pattern(self, pattern: str, known: list[str], ptr: str) -> Expr:
