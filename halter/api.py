@@ -2,14 +2,15 @@
 
 One call turns a constraint (GBNF ``grammar``, ``json_schema``, ``regex``, a Python/Pydantic
 ``output_type`` or an OpenAI-style ``response_format``) into a compiled grammar for the model's
-vocabulary (kept per model, so repeated calls do not recompile), runs the engine's sampling loop
-with it, and returns a ``Completion`` whose ``value`` is parsed and validated.
+vocabulary (kept per model, so repeated calls do not recompile), runs the engine's generation loop
+with it (``halter.engine.generation``: one request, or a batch decoded together), and returns a
+``Completion`` whose ``value`` is parsed and validated; whether the output is complete comes from
+the grammar matcher's final state, which the loop hands back.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import numpy as np
 
 from halter.chat import chat_template_of, is_chat_prompt, render_chat
 from halter.completion import Completion, CompletionStream, Usage
-from halter.errors import GrammarError, NoValidTokenError, SchemaError
+from halter.errors import GrammarError, SchemaError
 
 __all__ = ["generate", "generate_batch", "resolve_constraint", "Constraint"]
 
@@ -232,32 +233,18 @@ def _chain(model: Any, params: Any) -> Any:
                         eog_ids=vocab.eog_ids, n_ctx_train=model.config.n_ctx_train)
 
 
-def _replay(constraint: Constraint, tokens: Sequence[int]) -> Any:
-    """A fresh matcher advanced over ``tokens`` (the engine keeps its own matcher private)."""
-    if constraint.compiled is None:
-        return None
-    matcher = constraint.compiled.matcher()
-    for t in tokens:
-        if not matcher.accept_token(t):
-            raise NoValidTokenError(f"the grammar rejects generated token {t}; the engine left the mask")
-    return matcher
-
-
-def _finish(constraint: Constraint, matcher: Any, text: str, tokens: list[int], reason: str,
-            prompt_tokens: int, seed: int | None, timings: Any) -> Completion:
-    if matcher is None:
-        complete = True
-    elif reason == "stop":
+def _finish(constraint: Constraint, result: Any) -> Completion:
+    """The ``Completion`` of an engine ``GenerationResult`` (its matcher is in its final state)."""
+    matcher, reason, text = result.matcher, result.finish_reason, result.text
+    if matcher is None or reason in ("stop", "grammar"):
         complete = True                    # EOG is only allowed where the grammar may end
-        if matcher.is_finished():
-            reason = "grammar"
     elif reason == "length":
         complete = bool(matcher.is_accepting())
     else:                                  # stop string: the text was cut, check it afresh
         complete = constraint.matches(text)
-    return Completion(text=text, complete=complete, finish_reason=reason, tokens=list(tokens),
-                      usage=Usage(prompt_tokens, len(tokens)), seed=seed, timings=timings,
-                      _parse=constraint.parse)
+    return Completion(text=text, complete=complete, finish_reason=reason, tokens=list(result.tokens),
+                      usage=Usage(result.prompt_tokens, len(result.tokens)), seed=result.seed,
+                      timings=result.timings, _parse=constraint.parse)
 
 
 # -- generate -------------------------------------------------------------------------------------
@@ -278,8 +265,6 @@ def generate(model: Any, prompt: Any, *, grammar: Any = None, json_schema: Any =
     constraint = resolve_constraint(model, grammar=grammar, json_schema=json_schema, regex=regex,
                                     output_type=output_type, response_format=response_format,
                                     schema_options=schema_options)
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise ValueError(f"max_tokens must be an int >= 0, not {max_tokens!r}")
     engine_prompt, tok_kwargs = _prompt_args(model, prompt, chat_template)
     chain = _chain(model, _params(sampling, sampling_kwargs))
     from halter.engine.generation import generate as engine_generate
@@ -287,13 +272,9 @@ def generate(model: Any, prompt: Any, *, grammar: Any = None, json_schema: Any =
     out = engine_generate(model, engine_prompt, max_tokens=max_tokens, sampler=chain,
                           grammar=constraint.compiled, stop=stop, stream=stream,
                           grammar_first=grammar_first, **tok_kwargs)
-
-    def finish(result: Any) -> Completion:
-        return _finish(constraint, _replay(constraint, result.tokens), result.text, result.tokens,
-                       result.finish_reason, result.prompt_tokens, chain.seed, result.timings)
     if stream:
-        return CompletionStream(iter(out), lambda: finish(out.result))
-    return finish(out)
+        return CompletionStream(iter(out), lambda: _finish(constraint, out.result))
+    return _finish(constraint, out)
 
 
 def _per_prompt(name: str, value: Any, n: int) -> list[Any]:
@@ -315,128 +296,23 @@ def generate_batch(model: Any, prompts: Sequence[Any], *, grammar: Any = None, j
     Each constraint argument is one value for every prompt or a list with one per prompt; ``seed``
     likewise. Row ``i`` equals ``generate(model, prompts[i], ..., seed=seed[i])``.
     """
-    from halter.engine.generation import Timings
-
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
         raise TypeError("prompts must be a list of prompts")
     n = len(prompts)
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise ValueError(f"max_tokens must be an int >= 0, not {max_tokens!r}")
-    stops = [stop] if isinstance(stop, str) else list(stop)
-    if any(not isinstance(s, str) or not s for s in stops):
-        raise ValueError(f"stop strings must be non-empty str, got {stops!r}")
     cons = dict(zip(_CONSTRAINTS, (grammar, json_schema, regex, output_type, response_format)))
     per = {k: _per_prompt(k, v, n) for k, v in cons.items()}
     seeds = list(seed) if isinstance(seed, Sequence) else [seed] * n
     if len(seeds) != n:
         raise ValueError(f"seed has {len(seeds)} entries for {n} prompts")
     params = _params(sampling, sampling_kwargs)
-    rows = []
+    from halter.engine.generation import Request, generate_batch as engine_batch
+
+    constraints, requests = [], []
     for i, p in enumerate(prompts):
         c = resolve_constraint(model, schema_options=schema_options, **{k: per[k][i] for k in _CONSTRAINTS})
         engine_prompt, kw = _prompt_args(model, p, chat_template)
-        if isinstance(engine_prompt, str):
-            toks = list(model.tokenizer.encode(engine_prompt, add_bos=kw.get("add_bos"),
-                                               parse_special=kw.get("parse_special", False)))
-        else:
-            toks = engine_prompt
-        if not toks or len(toks) > model.n_ctx - 4:
-            raise ValueError(f"prompt {i} has {len(toks)} tokens; it must have 1..{model.n_ctx - 4}")
         chain = _chain(model, params if seeds[i] is None else params.replace(seed=seeds[i]))
-        rows.append(_Row(c, c.compiled.matcher() if c.compiled is not None else None, chain, toks,
-                         Timings(prompt_tokens=len(toks))))
-    width = max(1, model.cache.n_seq)
-    for start in range(0, n, width):
-        _run_rows(model, rows[start:start + width], [s.encode() for s in stops], max_tokens, grammar_first)
-    return [_finish(r.constraint, r.matcher, r.out.decode("utf-8", errors="replace"), r.tokens, r.reason,
-                    len(r.prompt), r.chain.seed, r.timings) for r in rows]
-
-
-@dataclass
-class _Row:
-    constraint: Constraint
-    matcher: Any
-    chain: Any
-    prompt: list[int]
-    timings: Any
-    tokens: list[int] = dataclasses.field(default_factory=list)
-    out: bytearray = dataclasses.field(default_factory=bytearray)
-    reason: str = "length"
-    done: bool = False
-
-
-def _run_rows(model: Any, rows: list[_Row], stops: list[bytes], max_tokens: int, grammar_first: bool) -> None:
-    """The engine's sampling step, for several cache sequences decoded in one forward pass each."""
-    from halter.engine.generation import _find_stop, _shift_context
-    from halter.grammar.bitmask import allocate_bitmask, apply_bitmask
-
-    vocab = model.vocab
-    eog, token_bytes, n_text = set(vocab.eog_ids), vocab.token_bytes, len(vocab.token_bytes)
-    bos = getattr(model.tokenizer, "bos_id", None)
-    logits: dict[int, np.ndarray] = {}
-    t0 = time.perf_counter()
-    for seq, r in enumerate(rows):
-        r.chain.accept_prompt(r.prompt) if hasattr(r.chain, "accept_prompt") else [r.chain.accept(t) for t in r.prompt]
-        model.cache.clear(seq)
-        logits[seq] = model.eval_prompt(r.prompt, seq).float().cpu().numpy()
-        r.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
-    bitmask = allocate_bitmask(None, n_text)
-    t_loop = time.perf_counter()
-    for _ in range(max_tokens):
-        feed: list[tuple[int, int]] = []
-        for seq, r in enumerate(rows):
-            if r.done:
-                continue
-            token = _step(r, logits[seq], bitmask, n_text, grammar_first, apply_bitmask)
-            if token in eog:
-                r.reason, r.done = "stop", True
-                continue
-            if r.matcher is not None and not r.matcher.accept_token(token):
-                raise NoValidTokenError(f"the grammar rejected token {token} ({token_bytes[token]!r}) that the mask allowed")
-            r.tokens.append(token)
-            r.out += token_bytes[token] if token < n_text else b""
-            hit = _find_stop(r.out, stops, 0)
-            if hit is not None:
-                del r.out[hit:]
-                r.reason, r.done = "stop_string", True
-            elif r.matcher is not None and r.matcher.is_finished():
-                r.reason, r.done = "stop", True
-            elif len(r.tokens) >= max_tokens:
-                r.done = True
-            else:
-                if model.cache.seq_pos_max(seq) + 1 >= model.n_ctx:
-                    keep = min(len(r.prompt), int(bos is not None and r.prompt[0] == bos))
-                    _shift_context(model, seq, keep, r.timings)
-                feed.append((seq, token))
-        if not feed:
-            break
-        out = model.decode([[t] for _, t in feed], [s for s, _ in feed]).float().cpu().numpy()
-        for (seq, _), row in zip(feed, out):
-            logits[seq] = row
-    for r in rows:
-        r.timings.generated_tokens = len(r.tokens)
-        r.timings.decode_ms = (time.perf_counter() - t_loop) * 1e3
-
-
-def _step(r: _Row, logits: np.ndarray, bitmask: np.ndarray, n_text: int, grammar_first: bool,
-          apply_bitmask: Callable[..., Any]) -> int:
-    t = time.perf_counter()
-    masked = False
-    if r.matcher is not None:
-        bitmask.fill(-1)
-        masked = r.matcher.fill_bitmask(bitmask) is not False
-        if masked and not bitmask.any():
-            raise NoValidTokenError("the grammar allows no token of the vocabulary here (dead end) after "
-                                    f"{len(r.tokens)} generated tokens: {bytes(r.out)[-40:]!r}")
-    r.timings.mask_ms += (time.perf_counter() - t) * 1e3
-    t = time.perf_counter()
-    row = np.ascontiguousarray(logits, dtype=np.float32).copy()
-    if masked and grammar_first:
-        apply_bitmask(row, bitmask, vocab_size=n_text)
-    token = int(r.chain.sample(row.copy()))
-    if masked and not grammar_first and not (token < n_text and (int(bitmask[token >> 5]) >> (token & 31)) & 1):
-        apply_bitmask(row, bitmask, vocab_size=n_text)
-        token = int(r.chain.sample(row))
-    r.chain.accept(token)
-    r.timings.sample_ms += (time.perf_counter() - t) * 1e3
-    return token
+        constraints.append(c)
+        requests.append(Request(engine_prompt, max_tokens=max_tokens, sampler=chain, grammar=c.compiled,
+                                stop=stop, grammar_first=grammar_first, **kw))
+    return [_finish(c, r) for c, r in zip(constraints, engine_batch(model, requests))]

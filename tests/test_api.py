@@ -234,3 +234,16 @@ def test_compiled_grammar_for_another_vocabulary_is_refused(model: Model) -> Non
     cg = Grammar.from_gbnf('root ::= "a"').compile(other)
     with pytest.raises(GrammarError, match="257 tokens"):
         generate(model, "x", grammar=cg)
+
+
+def test_calling_the_model_returns_the_validated_value(model: Model) -> None:
+    for seed in range(3):
+        pet = model("A pet:", Pet, max_tokens=60, seed=seed, schema_options=COMPACT)
+        assert isinstance(pet, Pet)
+        assert pet == generate(model, "A pet:", output_type=Pet, max_tokens=60, seed=seed,
+                               schema_options=COMPACT).value
+    assert model("x", regex="[0-9]{2}", max_tokens=5, seed=0).isdigit()
+    with pytest.raises(IncompleteOutputError):
+        model("x", Pet, max_tokens=2, seed=0)
+    with pytest.raises(TypeError, match="streaming"):
+        model("x", Pet, stream=True)

@@ -98,7 +98,7 @@ def test_context_shift_keeps_generating(model: Model) -> None:
 
 
 def test_context_shift_follows_llama_cpp(model: Model) -> None:
-    from halter.engine.generation import Timings, _shift_context
+    from halter.engine.generation import Timings, shift_context as _shift_context
 
     model.eval_prompt(list(range(64)), 0)
     kept_keys = model.cache.k[:, 0, :, :4].clone()
@@ -164,3 +164,47 @@ def test_grammar_constrains_sampled_output(model: Model, grammar_first: bool) ->
         if res.finish_reason == "stop":
             assert grammar_mod.Grammar.from_gbnf(GRAMMAR).matches(res.text)
     assert matcher.num_accepted == 0                      # the caller's matcher was not advanced
+
+
+def test_grammar_end_is_its_own_finish_reason_and_the_matcher_comes_back(model: Model) -> None:
+    pytest.importorskip("halter.grammar")
+    for grammar_first in (False, True):
+        res = model.generate(PROMPT, max_tokens=10, sampler=Greedy(), grammar='root ::= "ab"',
+                             grammar_first=grammar_first)
+        assert (res.text, res.finish_reason) == ("ab", "grammar")
+        assert res.matcher.is_finished() and res.matcher.num_accepted == 2
+    cut = model.generate(PROMPT, max_tokens=1, sampler=Greedy(), grammar='root ::= "ab"')
+    assert cut.finish_reason == "length" and not cut.matcher.is_accepting()
+    plain = model.generate(PROMPT, max_tokens=2, sampler=Greedy())
+    assert plain.matcher is None
+
+
+def test_batch_of_requests_equals_single_runs(model: Model) -> None:
+    from halter.engine.generation import Request
+
+    neg = [110, 111, 112]
+    requests = [
+        Request(PROMPT, max_tokens=12, seed=1, sampling_fields={"temperature": 1.0}),
+        Request(PROMPT[:5], max_tokens=9, seed=2, sampling_fields={"temperature": 1.0},
+                cfg_negative_prompt=neg, cfg_scale=1.5),                 # two cache sequences
+        Request([97, 98], max_tokens=20, seed=3, grammar=GRAMMAR, sampling_fields={"temperature": 1.0}),
+        Request(PROMPT[3:], max_tokens=15, sampler=Greedy(), stop=["e"]),
+        Request([120], max_tokens=0, seed=4),
+    ]                                 # 6 sequences for a 4-sequence cache: two chunks
+    batch = model.generate_batch(requests)
+    assert [r.timings.generated_tokens for r in batch][-1] == 0 and batch[-1].finish_reason == "length"
+    for req, got in zip(requests, batch):
+        one = model.generate(req.prompt, max_tokens=req.max_tokens, seed=req.seed,
+                             sampler=Greedy() if req.sampler is not None else None, grammar=req.grammar,
+                             stop=req.stop, cfg_negative_prompt=req.cfg_negative_prompt,
+                             cfg_scale=req.cfg_scale, **req.sampling_fields)
+        assert (got.tokens, got.text, got.finish_reason, got.seed) == \
+            (one.tokens, one.text, one.finish_reason, one.seed)
+    assert batch[0].seed == 1 and batch[0].matcher is None and batch[2].matcher is not None
+
+
+def test_batch_request_errors_name_the_request(model: Model) -> None:
+    from halter.engine.generation import Request
+
+    with pytest.raises(ValueError, match=r"empty .*\(request 1\)"):
+        model.generate_batch([Request(PROMPT, sampler=Greedy()), Request([], sampler=Greedy())])

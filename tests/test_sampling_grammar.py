@@ -209,3 +209,47 @@ def test_with_the_real_grammar(grammar_first):
         text += pieces[tok]
     assert tok == 4  # the grammar ends with "c", then only end-of-generation is allowed
     assert text[:1] == b"a" and text[-1:] == b"c" and set(text[1:-1]) == {ord("b")}
+
+
+@pytest.mark.parametrize("grammar_first", [False, True])
+def test_precomputed_bitmask_draws_exactly_as_the_matcher_would(grammar_first):
+    # The engine hands sample() the mask it computed during the forward pass; the draws must be
+    # the ones the sampler makes when it asks the matcher itself (same seed, same stream).
+    rng = np.random.default_rng(5)
+    steps = [set(rng.choice(40, size=int(rng.integers(1, 8)), replace=False).tolist()) for _ in range(300)]
+    rows = rng.standard_normal((300, 44)).astype(np.float32) * 3     # 4 padded ids past the grammar
+    params = SamplingParams(seed=21, top_k=12, min_p=0.02)
+    asked, given = CommonSampler(params, FakeMatcher(40, steps), n_vocab=44), \
+        CommonSampler(params, FakeMatcher(40, steps), n_vocab=44)
+    for step, row in zip(steps, rows):
+        bitmask = bool_to_bitmask(given.grammar.matcher.allowed_mask())
+        a = asked.sample(row, grammar_first=grammar_first)
+        b = given.sample(row, grammar_first=grammar_first, bitmask=bitmask)
+        assert a == b and b in step
+        asked.accept(a)
+        given.accept(b)
+    assert asked.n_resampled == given.n_resampled
+
+
+def test_precomputed_empty_bitmask_is_a_dead_end():
+    cs = CommonSampler(SamplingParams(seed=1), FakeMatcher(8, [VALID]))
+    with pytest.raises(NoValidTokenError, match="allows no token"):
+        cs.sample(LOGITS, grammar_first=True, bitmask=np.zeros(1, dtype=np.int32))
+
+
+def test_a_plain_sample_accept_object_works_as_the_chain():
+    class Argmax:
+        def __init__(self):
+            self.seen = []
+
+        def sample(self, logits):
+            self.seen.append(np.array(logits))
+            return int(np.argmax(logits))
+
+        def accept(self, token):
+            pass
+
+    cs = CommonSampler(Argmax(), FakeMatcher(8, [VALID]))
+    assert cs.sample(LOGITS) == 3                       # argmax 0 rejected, resampled in the grammar
+    assert cs.n_resampled == 1 and np.isneginf(cs.chain.seen[1][0])
+    assert cs.sample(LOGITS, grammar_first=True) == 3 and len(cs.chain.seen) == 3

@@ -3,12 +3,13 @@
 This is the object users hold. ``Model.load`` picks the device and dtype, reads and dequantizes
 the file, fuses Q/K/V and allocates the cache; ``decode`` evaluates tokens appended to cached
 sequences (llama.cpp's ``llama_decode``); ``logits`` is the stateless convenience for a whole
-token list; ``generate`` runs the sampling loop in ``halter.engine.generate``.
+token list; ``generate`` / ``generate_batch`` run the loop in ``halter.engine.generation``;
+calling the model (``model(prompt, output_type)``) is the structured-output shortcut.
 """
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ from halter.engine.transformer import Transformer
 from halter.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from halter.engine.generation import GenerationResult
+    from halter.engine.generation import GenerationResult, Request, Stream
 
 
 def default_device() -> torch.device:
@@ -199,11 +200,28 @@ class Model:
         finally:
             self.cache.clear(0)
 
-    def generate(self, prompt: str | Sequence[int], **kwargs: Any
-                 ) -> "GenerationResult | Iterator[str]":
+    def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> "GenerationResult | Stream":
         """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``."""
         from halter.engine.generation import generate
         return generate(self, prompt, **kwargs)
+
+    def generate_batch(self, requests: "Sequence[Request]") -> "list[GenerationResult]":
+        """Decode several ``Request``s together; see ``halter.engine.generation.generate_batch``."""
+        from halter.engine.generation import generate_batch
+        return generate_batch(self, requests)
+
+    def __call__(self, prompt: Any, output_type: Any = None, **kwargs: Any) -> Any:
+        """The validated value of ``halter.generate(self, prompt, output_type=output_type, **kwargs)``.
+
+        Outlines' shortcut: ``model("A pet:", Pet, max_tokens=60)`` returns a ``Pet``. Other
+        constraints (``json_schema=``, ``regex=``, ``grammar=``) may be passed instead of
+        ``output_type``; without any the text is returned. An unfinished output raises
+        ``IncompleteOutputError`` (its ``.completion`` has the text so far).
+        """
+        if kwargs.get("stream"):
+            raise TypeError("model(...) returns a value; for streaming use halter.generate(..., stream=True)")
+        from halter.api import generate
+        return generate(self, prompt, output_type=output_type, **kwargs).value
 
     def __repr__(self) -> str:
         c = self.config

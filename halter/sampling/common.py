@@ -11,6 +11,9 @@ Two ways to combine them (``common/sampling.h``):
 
 Either way the result is a token the grammar allows; a grammar that allows nothing (or only
 tokens whose logit is ``-inf``) raises ``NoValidTokenError`` instead of sampling outside the mask.
+
+This is the one place halter implements the two modes: the engine's decode loop computes each
+row's bitmask while the device runs the forward pass and hands it to ``sample(..., bitmask=)``.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from halter.errors import NoValidTokenError
+from halter.grammar.bitmask import apply_bitmask
 from halter.sampling.base import SamplerChain
 from halter.sampling.candidates import Candidates
 from halter.sampling.grammar import GrammarSampler
@@ -32,7 +36,9 @@ class CommonSampler:
     Parameters
     ----------
     params:
-        a ``SamplingParams`` (built into a chain with ``n_vocab``) or a ready ``SamplerChain``.
+        a ``SamplingParams`` (built into a chain with ``n_vocab``), a ready ``SamplerChain``, or
+        any object with ``sample(logits) -> int`` and ``accept(token)`` (it then sees full logits
+        rows, masked with ``-inf`` where the grammar masks).
     grammar:
         a compiled grammar (anything with ``.matcher()``), a token matcher, a ``GrammarSampler``,
         or ``None``.
@@ -50,7 +56,9 @@ class CommonSampler:
             self.grammar = grammar if isinstance(grammar, GrammarSampler) else GrammarSampler(grammar)
         if n_vocab is None and self.grammar is not None:
             n_vocab = self.grammar.vocab_size
-        if isinstance(params, SamplerChain):
+        if isinstance(params, SamplerChain) or (
+                params is not None and not isinstance(params, SamplingParams)
+                and callable(getattr(params, "sample", None)) and callable(getattr(params, "accept", None))):
             self.params = None
             self.chain = params
         else:
@@ -65,42 +73,68 @@ class CommonSampler:
     @property
     def seed(self) -> int | None:
         """The seed the chain's random samplers were built with (replays the run)."""
-        return self.chain.seed
+        return getattr(self.chain, "seed", None)
 
-    def sample(self, logits: Any, grammar_first: bool = False) -> int:
-        """Sample one token from a logits row (never modified). Does not accept it."""
+    def sample(self, logits: Any, grammar_first: bool = False, *, bitmask: np.ndarray | None = None) -> int:
+        """Sample one token from a logits row (never modified). Does not accept it.
+
+        ``bitmask``: the grammar's packed next-token mask for the current state (int32 words, bit
+        ``i`` of word ``j`` = token ``32j+i``), when the caller already computed it (the engine
+        does, while the forward pass runs); ``None`` asks the grammar sampler's matcher.
+        """
         row = np.asarray(logits)
         if row.ndim != 1:
             raise ValueError(f"CommonSampler.sample: expected one logits row (1-D), got shape {row.shape}")
         if self.grammar is None:
-            return self._run_chain(Candidates.from_logits(row))
+            return self._run_chain(row)
         if grammar_first:
-            return self._grammar_first(row)
-        cand = Candidates.from_logits(row)
-        token = self._run_chain(cand)
-        if self.grammar.is_allowed(token):
+            return self._grammar_first(row, bitmask)
+        token = self._run_chain(row)
+        if self._allowed(token, bitmask):
             return token
         self.n_resampled += 1
-        return self._grammar_first(row)
+        return self._grammar_first(row, bitmask)
 
-    def _grammar_first(self, row: np.ndarray) -> int:
+    def _allowed(self, token: int, bitmask: np.ndarray | None) -> bool:
+        if bitmask is None:
+            return self.grammar.is_allowed(token)
+        return 0 <= token < self.grammar.vocab_size and bool((int(bitmask[token >> 5]) >> (token & 31)) & 1)
+
+    def _n_allowed(self, bitmask: np.ndarray | None) -> int:
+        if bitmask is None:
+            return int(self.grammar.allowed_mask().sum())
+        bits = np.unpackbits(np.ascontiguousarray(bitmask, dtype=np.int32).view(np.uint8), bitorder="little")
+        return int(bits[:self.grammar.vocab_size].sum())
+
+    def _grammar_first(self, row: np.ndarray, bitmask: np.ndarray | None) -> int:
         cand = Candidates.from_logits(row)
-        self.grammar.apply(cand)
+        if bitmask is None:
+            self.grammar.apply(cand)
+        else:
+            apply_bitmask(cand.logits, bitmask, vocab_size=self.grammar.vocab_size)
         if not np.isfinite(cand.logits).any() and not (cand.logits == np.inf).any():
-            allowed = int(self.grammar.allowed_mask().sum())
+            allowed = self._n_allowed(bitmask)
             if allowed == 0:
                 raise NoValidTokenError("the grammar allows no token of the vocabulary here (dead end)")
             raise NoValidTokenError(f"the grammar allows {allowed} token(s) here but every one of them "
                                     "has logit -inf (banned by the model, a logit bias or ignore_eos)")
         with np.errstate(invalid="ignore"):
             token = self._run_chain(cand)
-        if not self.grammar.is_allowed(token) or not np.isfinite(cand.logits[cand.selected]):
-            allowed = int(self.grammar.allowed_mask().sum())
+        picked = cand.logits[cand.selected] if self.candidates is cand else cand.logits[token]
+        if not self._allowed(token, bitmask) or not np.isfinite(picked):
+            allowed = self._n_allowed(bitmask)
             raise NoValidTokenError(f"the grammar allows {allowed} token(s) here but the sampler chain left "
                                     "none of them a finite logit (a logit bias, ignore_eos, or -inf logits)")
         return token
 
-    def _run_chain(self, cand: Candidates) -> int:
+    def _run_chain(self, cand: Candidates | np.ndarray) -> int:
+        """Run the chain on candidates (or a raw row); a plain ``sample``/``accept`` object gets a row."""
+        if not hasattr(self.chain, "apply"):
+            self.candidates = None
+            row = cand.logits if isinstance(cand, Candidates) else cand
+            return int(self.chain.sample(np.array(row, dtype=np.float32)))
+        if not isinstance(cand, Candidates):
+            cand = Candidates.from_logits(cand)
         self.chain.apply(cand)
         self.candidates = cand
         if not 0 <= cand.selected < cand.size:
@@ -145,4 +179,4 @@ class CommonSampler:
 
     def __repr__(self) -> str:
         g = "grammar -> " if self.grammar is not None else ""
-        return f"CommonSampler({g}{' -> '.join(self.chain.names)})"
+        return f"CommonSampler({g}{' -> '.join(getattr(self.chain, 'names', [type(self.chain).__name__]))})"
