@@ -95,20 +95,12 @@ class CompiledGrammar:
         positions = [d for d in range(a.n_positions) if a.has_bytes[d]]
         t0 = time.perf_counter()
         esc_pos, esc_nodes = [], []
-        in_trie = np.flatnonzero(trie.row_of_token >= 0)
-        tokens_of_row_order = np.argsort(trie.row_of_token[in_trie], kind="stable")
-        tok_sorted = in_trie[tokens_of_row_order]                 # tokens grouped by row
-        row_sorted = trie.row_of_token[tok_sorted]
-        row_first = np.searchsorted(row_sorted, np.arange(trie.n_rows))
-        row_count = np.searchsorted(row_sorted, np.arange(trie.n_rows), side="right") - row_first
-        batch, shown = 64, False
+        batch = 64
         for b0 in range(0, len(positions), batch):
             chunk = positions[b0:b0 + batch]
             ok_s, ok_r, es, en = walk_trie_batch(self.table, trie, [space.opaque_node(d) for d in chunk])
-            counts = row_count[ok_r]
-            tok = tok_sorted[np.repeat(row_first[ok_r] - np.cumsum(counts) + counts, counts)
-                             + np.arange(int(counts.sum()))]
-            owner = np.repeat(ok_s, counts)
+            tok, which = trie.tokens_of_rows(ok_r)
+            owner = ok_s[which]
             grid = np.zeros((len(chunk), self.n_words * 32), dtype=bool)
             grid[owner, tok] = True
             packed = np.packbits(grid, axis=1, bitorder="little").view("<u4")
@@ -121,7 +113,6 @@ class CompiledGrammar:
                 print(f"halter: compiling grammar for {self.vocab_size} tokens: "
                       f"{min(b0 + batch, len(positions))}/{len(positions)} positions, {elapsed:.1f}s",
                       end="\n" if done else "\r", file=sys.stderr, flush=True)
-                shown = True
         ep = np.concatenate(esc_pos) if esc_pos else np.zeros(0, dtype=np.int64)
         self.esc_nodes = np.concatenate(esc_nodes) if esc_nodes else np.zeros(0, dtype=np.int64)
         counts = np.bincount(ep, minlength=a.n_positions)
@@ -177,7 +168,7 @@ class CompiledGrammar:
             lo, hi = self.esc_start[d], self.esc_start[d + 1]
             if ret.id != 0 and hi > lo:
                 rows = walk_subtrees(self.table, self.trie, ret, self.esc_nodes[lo:hi])
-                bits = bits | pack_bits(self.trie.rows_to_tokens(rows))
+                bits = bits | self.trie.rows_to_bits(rows)
         if not self._tainted:
             self._esc_memo[key] = bits
         return bits
@@ -257,6 +248,9 @@ def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
     return trie
 
 
+RESERVED_STATES = 8192     # room for new parser states met while decoding, allocated up front
+
+
 def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True,
                     progress: bool | None = None) -> CompiledGrammar:
     t0 = time.perf_counter()
@@ -272,5 +266,6 @@ def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = Tr
                 cg.save(path)
             except OSError:
                 pass                               # a read-only home must not break compiling
+    cg.table.reserve(len(cg.space.nodes) * 2 + RESERVED_STATES)
     cg.compile_seconds = time.perf_counter() - t0
     return cg

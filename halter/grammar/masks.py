@@ -33,6 +33,10 @@ class TransitionTable:
         self.escaped = np.zeros(1024, dtype=bool)
         self.class_of = np.asarray(space.class_of, dtype=np.int64)
 
+    def reserve(self, n: int) -> None:
+        """Make room for state ids below ``n`` now, so that decoding does not pause to copy the table."""
+        self._grow(n - 1)
+
     def _grow(self, n: int) -> None:
         cap = len(self.table)
         if n < cap:
@@ -63,17 +67,6 @@ class TransitionTable:
                 self.table[s, c] = node.id
             nxt = self.table[states, classes]
         return nxt
-
-
-def walk_trie(tt: TransitionTable, trie: TokenTrie, start: Node):
-    """Walk every token from ``start``. Returns (row_ok, escape_nodes).
-
-    ``row_ok[r]``: the whole token row ``r`` can be read. ``escape_nodes``: trie nodes (with children)
-    where ``start``'s rule, called with the OPAQUE context, has just ended: the longer tokens under
-    such a node fit only if the caller's continuation reads the rest (see ``walk_subtrees``).
-    """
-    first = np.arange(trie.level_start[0], trie.level_start[1] if trie.n_nodes else 0, dtype=np.int64)
-    return _walk(tt, trie, start, first, want_escapes=True)
 
 
 def walk_trie_batch(tt: TransitionTable, trie: TokenTrie, starts: list[Node]):
@@ -125,40 +118,27 @@ def walk_subtrees(tt: TransitionTable, trie: TokenTrie, start: Node, nodes: np.n
     """Rows strictly below trie ``nodes`` whose bytes below that node can be read from ``start``.
 
     Each node's subtree is walked from ``start`` on its own (a node nested under another is walked
-    twice, from two different offsets), all in one batch.
+    twice, from two different offsets), all in one batch of (trie node, parser state) pairs; the
+    state belongs to the pair, not to the trie node. Returns the row indices (may repeat).
     """
     if start.id == 0 or not len(nodes):
-        return np.zeros(trie.n_rows, dtype=bool)
-    return _walk(tt, trie, start, trie.children_of(np.asarray(nodes, dtype=np.int64)))[0]
-
-
-def _walk(tt: TransitionTable, trie: TokenTrie, start: Node, frontier: np.ndarray, want_escapes: bool = False):
-    """Level-synchronous walk of (trie node, parser state) pairs; the state is per pair, not per node."""
+        return np.zeros(0, dtype=np.int64)
     tt.register(start)
-    row_ok = np.zeros(trie.n_rows, dtype=bool)
-    escapes = []
-    level = frontier
+    found = []
+    level = trie.children_of(np.asarray(nodes, dtype=np.int64))
     prev_states = np.full(len(level), start.id, dtype=np.int32)
     while len(level):
         st = tt.step(prev_states, tt.class_of[trie.byte[level]])
         live = st != 0
         level, st = level[live], st[live]
         rows = trie.node_row[level]
-        ends = rows >= 0
-        row_ok[rows[ends]] = True
-        if want_escapes:
-            esc = level[tt.escaped[st]]
-            if len(esc):
-                escapes.append(esc[trie.child_hi[esc] > trie.child_lo[esc]])
+        found.append(rows[rows >= 0])
         counts = trie.child_hi[level] - trie.child_lo[level]
         if not counts.any():
             break
         prev_states = np.repeat(st, counts)
         level = trie.children_of(level)
-    if want_escapes:
-        esc_nodes = np.unique(np.concatenate(escapes)) if escapes else np.zeros(0, dtype=np.int64)
-        return row_ok, esc_nodes
-    return row_ok, None
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
 def pack_bits(mask: np.ndarray) -> np.ndarray:

@@ -121,11 +121,22 @@ class TokenTrie:
         starts = np.repeat(lo - np.cumsum(counts) + counts, counts)
         return starts + np.arange(total, dtype=np.int64)
 
-    def rows_to_tokens(self, row_mask: np.ndarray) -> np.ndarray:
-        """A bool mask over rows -> a bool mask over token ids."""
-        if not hasattr(self, "_in_trie"):
-            self._in_trie = np.flatnonzero(self.row_of_token >= 0)
-            self._in_trie_rows = self.row_of_token[self._in_trie]
-        out = np.zeros(self.n_vocab, dtype=bool)
-        out[self._in_trie] = row_mask[self._in_trie_rows]
-        return out
+    def tokens_of_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids, index into ``rows`` of each) for rows given by index: duplicates expand."""
+        if not hasattr(self, "_row_first"):
+            in_trie = np.flatnonzero(self.row_of_token >= 0)
+            order = np.argsort(self.row_of_token[in_trie], kind="stable")
+            self._tok_sorted = in_trie[order]                   # token ids grouped by row
+            by_row = self.row_of_token[self._tok_sorted]
+            self._row_first = np.searchsorted(by_row, np.arange(self.n_rows))
+            self._row_count = np.searchsorted(by_row, np.arange(self.n_rows), side="right") - self._row_first
+        counts = self._row_count[rows]
+        idx = np.repeat(self._row_first[rows] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        return self._tok_sorted[idx], np.repeat(np.arange(len(rows)), counts)
+
+    def rows_to_bits(self, rows: np.ndarray) -> np.ndarray:
+        """Packed token bitmask (uint32 words, bit i of word j = token 32j+i) of rows given by index."""
+        n_words = (self.n_vocab + 31) // 32
+        mask = np.zeros(n_words * 32, dtype=bool)
+        mask[self.tokens_of_rows(rows)[0]] = True
+        return np.packbits(mask, bitorder="little").view("<u4")
