@@ -246,3 +246,19 @@ def test_byte_tokens_and_token_refs_on_real_vocab():
     whole = vocab.find_token("字")
     assert whole is not None and m.allowed_mask()[whole]
     assert not m.allowed_mask()[vocab.find_token("<0x41>")]
+
+
+def test_misuse_gets_clear_errors(synth):
+    g = Grammar.from_gbnf('root ::= "a"')
+    with pytest.raises(TypeError, match="Vocabulary"):
+        g.compile([b"a", b"b"])
+    m = g.compile(synth, cache=False).matcher()
+    with pytest.raises(TypeError, match="int32"):
+        m.fill_bitmask(np.zeros(10, dtype=np.int64))
+    with pytest.raises(ValueError, match="words"):
+        m.fill_bitmask(np.zeros(1, dtype=np.int32))
+    with pytest.raises(TypeError):
+        m.accept_token("a")
+    assert not m.accept_token(len(synth) + 5) and not m.is_allowed(-1)
+    with pytest.raises(ValueError, match="roll back"):
+        m.rollback(1)

@@ -95,6 +95,10 @@ class Grammar:
     def compile(self, vocab: "Vocabulary", *, cache: bool = True, progress: bool | None = None) -> "CompiledGrammar":
         """Precompute token masks for ``vocab``; cached on disk by grammar and vocabulary."""
         from halter.grammar.compiled import compile_grammar
+        from halter.grammar.vocab import Vocabulary
+        if not isinstance(vocab, Vocabulary):
+            raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
+                            "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
         return compile_grammar(self, vocab, cache=cache, progress=progress)
 
     # -- presentation ------------------------------------------------------------------------

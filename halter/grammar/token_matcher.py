@@ -6,6 +6,7 @@ The method set covers what engines expect (XGrammar's ``GrammarMatcher``, vLLM's
 """
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,6 +51,9 @@ class TokenMatcher:
 
         ``out`` is 1-D (``ceil(vocab/32)`` words) or a 2-D batch, whose row ``index`` is written.
         """
+        if not isinstance(out, np.ndarray) or out.dtype not in (np.int32, np.uint32) or out.ndim not in (1, 2):
+            raise TypeError("fill_bitmask needs a 1-D or 2-D int32 numpy array "
+                            "(halter.allocate_bitmask(batch, vocab_size) makes one)")
         row = out if out.ndim == 1 else out[index]
         if row.shape[0] < self._cg.n_words:
             raise ValueError(f"bitmask row has {row.shape[0]} words; need {self._cg.n_words} "
@@ -70,6 +74,7 @@ class TokenMatcher:
 
     def is_allowed(self, token_id: int) -> bool:
         """Is ``token_id`` allowed next? Cheap: one bit test, or a walk of the token's own bytes."""
+        token_id = operator.index(token_id)
         if not 0 <= token_id < self.vocab_size:
             return False
         if self._finished:
@@ -107,6 +112,7 @@ class TokenMatcher:
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) if the grammar does not allow it."""
+        token_id = operator.index(token_id)
         if self._finished or not 0 <= token_id < self.vocab_size:
             return False
         nxt = self._next_node(token_id)
