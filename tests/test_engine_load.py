@@ -121,3 +121,38 @@ def test_loading_does_not_modify_the_file(tiny_gguf_dir: str, tmp_path) -> None:
     with torch.no_grad():
         m.net.tok_embeddings.weight.zero_()                  # weights are ours, not a view of the file
     assert open(p, "rb").read() == before and os.path.getsize(p) == len(before)
+
+
+def test_loading_never_decodes_the_token_arrays(tiny_gguf_dir: str, monkeypatch) -> None:
+    # gguf.GGUFReader decodes every metadata array in Python (~15 s for a 150k vocabulary here);
+    # loading must read the metadata with the fast reader, the tokenizer's arrays stepped over.
+    import halter.grammar.gguf_metadata as fast
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Model.load used gguf.GGUFReader")
+
+    calls = []
+    real = fast.read_gguf_metadata
+
+    def spy(path, *, skip=()):
+        calls.append(frozenset(skip))
+        return real(path, skip=skip)
+
+    monkeypatch.setattr(gguf, "GGUFReader", refuse)
+    monkeypatch.setattr(fast, "read_gguf_metadata", spy)
+    m = Model.load(tiny_path(tiny_gguf_dir, "qwen2", "Q8_0"), device="cpu", n_ctx=16, progress=False)
+    assert m.n_vocab == 310 and len(calls) == 1
+    assert {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"} <= calls[0]
+
+
+def test_tensor_layout_matches_gguf_reader(tiny_gguf_dir: str) -> None:
+    from halter.engine.gguf_loader import read_layout
+
+    path = tiny_path(tiny_gguf_dir, "llama", "Q4_K")
+    _, infos = read_layout(path)
+    reader = gguf.GGUFReader(path)
+    assert sorted(infos) == sorted(t.name for t in reader.tensors)
+    for t in reader.tensors:
+        info = infos[t.name]
+        assert info.shape == tuple(int(d) for d in reversed(t.shape.tolist()))
+        assert (info.type, info.offset, info.n_bytes) == (int(t.tensor_type), t.data_offset, int(t.n_bytes))

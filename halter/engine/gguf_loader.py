@@ -1,15 +1,20 @@
 """Read a GGUF model file: metadata into a ``ModelConfig``, tensors dequantized into torch tensors.
 
-The file is memory-mapped by ``gguf.GGUFReader``; each tensor is checked against the shape the
+Metadata is read by halter's fast reader (the tokenizer's arrays are stepped over, not decoded),
+the tensor-info section by ``read_layout`` here, and tensor data through a read-only memory map
+(``gguf.GGUFReader``, which decodes every metadata array in Python, is not used). Each tensor is checked against the shape the
 configuration implies and decoded with ``halter.engine.dequant`` straight to the target dtype and
 device. Every failure (not GGUF, truncated, unsupported architecture or tensor type, missing or
 misshapen tensor) is a ``ModelLoadError`` naming the file and the field or tensor.
 """
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 import numpy as np
@@ -22,9 +27,34 @@ from halter.errors import ModelLoadError
 Progress = Union[bool, Callable[[int, int, str], None]]
 
 
-def open_reader(path: str | os.PathLike[str]) -> Any:
-    """``gguf.GGUFReader`` over ``path``, turning I/O and format errors into ``ModelLoadError``."""
-    import gguf
+# Metadata arrays the model configuration never reads: stepped over, not decoded.
+_TOKENIZER_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                   "tokenizer.ggml.merges", "tokenizer.huggingface.json", "tokenizer.chat_template")
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_STRING, _ARRAY = 8, 9
+_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lies in the file: torch-order ``shape``, ggml ``type``, byte range."""
+
+    name: str
+    shape: tuple[int, ...]
+    type: int
+    offset: int                 # absolute, from the start of the file
+    n_bytes: int | None         # None for a type halter cannot decode
+
+
+def read_layout(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
+    """(metadata, tensor infos) of a GGUF file, without decoding the tokenizer's arrays.
+
+    Metadata comes from ``halter.grammar.gguf_metadata.read_gguf_metadata`` (the tokenizer's
+    arrays skipped); the tensor-info section is read here, after stepping over the key/value
+    section. ``gguf.GGUFReader`` is not used: it decodes every array element in Python (seconds
+    for a 100k-token vocabulary). Problems are ``ModelLoadError``s naming the file and the field.
+    """
+    from halter.grammar.gguf_metadata import read_gguf_metadata
 
     if not os.path.isfile(path):
         raise ModelLoadError("no such file", path=path)
@@ -32,25 +62,70 @@ def open_reader(path: str | os.PathLike[str]) -> Any:
         magic = f.read(4)
     if magic != b"GGUF":
         raise ModelLoadError(f"not a GGUF file (starts with {magic!r}, expected b'GGUF')", path=path)
-    try:
-        return gguf.GGUFReader(path, "r")
-    except Exception as exc:  # the reader raises ValueError/IndexError/struct errors on bad files
-        raise ModelLoadError(f"corrupt or truncated GGUF file ({type(exc).__name__}: {exc})",
-                             path=path) from exc
+    meta = read_gguf_metadata(path, skip=_TOKENIZER_KEYS)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        return meta, _tensor_infos(buf, len(buf), path, int(meta.get("general.alignment", 32)))
 
 
-def field_getter(reader: Any) -> Callable[[str], Any]:
-    """``get(key)``: a metadata value as a Python scalar, string or list; ``None`` when absent."""
-    def get(key: str) -> Any:
-        field = reader.get_field(key)
-        if field is None:
-            return None
-        try:
-            value = field.contents()
-        except Exception as exc:
-            raise ModelLoadError(f"unreadable metadata ({exc})", path=reader.data.filename, field=key)
-        return value.item() if isinstance(value, np.generic) else value
-    return get
+def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int) -> dict[str, TensorInfo]:
+    field = "header"
+
+    def need(pos: int, n: int) -> None:
+        if pos + n > size:
+            raise ModelLoadError("file is truncated", path=path, field=field)
+
+    def skip_value(pos: int, vtype: int) -> int:
+        if vtype == _STRING:
+            need(pos, 8)
+            return pos + 8 + _U64.unpack_from(buf, pos)[0]
+        if vtype in _SCALAR_SIZES:
+            return pos + _SCALAR_SIZES[vtype]
+        if vtype != _ARRAY:
+            raise ModelLoadError(f"unknown GGUF value type {vtype}", path=path, field=field)
+        need(pos, 12)
+        etype, count = struct.unpack_from("<IQ", buf, pos)
+        pos += 12
+        if etype in _SCALAR_SIZES:
+            return pos + _SCALAR_SIZES[etype] * count
+        for _ in range(count):
+            pos = skip_value(pos, etype)
+            if pos > size:
+                need(pos, 0)
+        return pos
+
+    need(0, 24)
+    n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
+    pos = 24
+    for _ in range(n_kv):                                # step over the key/value section
+        need(pos, 8)
+        key_end = pos + 8 + _U64.unpack_from(buf, pos)[0]
+        need(key_end, 4)
+        field = bytes(buf[pos + 8:key_end]).decode("utf-8", errors="replace")
+        pos = skip_value(key_end + 4, _U32.unpack_from(buf, key_end)[0])
+        need(pos, 0)
+    raw = []
+    for index in range(n_tensors):
+        field = f"tensor info #{index}"
+        need(pos, 8)
+        name_end = pos + 8 + _U64.unpack_from(buf, pos)[0]
+        need(name_end, 4)
+        name = bytes(buf[pos + 8:name_end]).decode("utf-8", errors="replace")
+        n_dims = _U32.unpack_from(buf, name_end)[0]
+        field = name
+        need(name_end + 4, 8 * n_dims + 12)
+        dims = struct.unpack_from(f"<{n_dims}Q", buf, name_end + 4)
+        ttype, offset = struct.unpack_from("<IQ", buf, name_end + 4 + 8 * n_dims)
+        pos = name_end + 16 + 8 * n_dims
+        raw.append((name, tuple(int(d) for d in reversed(dims)), ttype, offset))
+    data_start = -(-pos // alignment) * alignment
+    infos = {}
+    for name, shape, ttype, offset in raw:
+        n_bytes = None
+        if ttype in GGML_TYPES:
+            _, block_len, block_bytes = GGML_TYPES[ttype]
+            n_bytes = int(np.prod(shape, dtype=np.int64)) // block_len * block_bytes
+        infos[name] = TensorInfo(name, shape, ttype, data_start + offset, n_bytes)
+    return infos
 
 
 def _report(progress: Progress, path: Any) -> Callable[[int, int, str], None]:
@@ -73,18 +148,16 @@ def _report(progress: Progress, path: Any) -> Callable[[int, int, str], None]:
 
 def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch.device,
               progress: Progress = True) -> tuple[ModelConfig, dict[str, torch.Tensor], Any]:
-    """Config, ``{gguf tensor name: tensor}`` (dequantized to ``dtype`` on ``device``) and the reader.
+    """Config, ``{gguf tensor name: tensor}`` (dequantized to ``dtype`` on ``device``) and the metadata.
 
     ``rope_freqs.weight`` (llama 3 frequency factors) is kept in float32 when present; the
     returned dict has ``output.weight`` only when the file has one (else the output is tied).
     """
-    reader = open_reader(path)
-    get = field_getter(reader)
-    infos = {t.name: t for t in reader.tensors}
+    meta, infos = read_layout(path)
     emb = infos.get("token_embd.weight")
     if emb is None:
         raise ModelLoadError("missing tensor", path=path, field="token_embd.weight")
-    config = ModelConfig.from_gguf_fields(get, n_vocab=int(emb.shape[-1]), path=path)
+    config = ModelConfig.from_gguf_fields(meta.get, n_vocab=int(emb.shape[0]), path=path)
     wanted = dict(config.expected_tensors())
     optional = {"output.weight": (config.n_vocab, config.n_embd),
                 "rope_freqs.weight": (config.head_dim // 2,)}
@@ -92,6 +165,7 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
         if name in infos:
             wanted[name] = shape
     file_size = os.path.getsize(path)
+    data = np.memmap(path, dtype=np.uint8, mode="r")
     show = _report(progress, path)
     tensors: dict[str, torch.Tensor] = {}
     total = len(wanted)
@@ -100,24 +174,23 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
         info = infos.get(name)
         if info is None:
             raise ModelLoadError("missing tensor", path=path, field=name)
-        found = tuple(int(d) for d in reversed(info.shape.tolist()))
-        if found != shape:
-            raise ModelLoadError(f"tensor has shape {found}, expected {shape}", path=path, field=name)
-        ttype = int(info.tensor_type)
-        if ttype not in GGML_TYPES:
+        if info.shape != shape:
+            raise ModelLoadError(f"tensor has shape {info.shape}, expected {shape}", path=path, field=name)
+        ttype = info.type
+        if info.n_bytes is None:
             raise ModelLoadError(f"unsupported tensor type {type_name(ttype)} "
                                  f"(supported: {', '.join(v[0] for v in GGML_TYPES.values())})",
                                  path=path, field=name)
-        if info.data_offset + int(info.n_bytes) > file_size:
+        if info.offset + info.n_bytes > file_size:
             raise ModelLoadError("file is truncated: tensor data runs past the end", path=path,
                                  field=name)
         target = torch.float32 if name == "rope_freqs.weight" else dtype
         try:
-            t = dequantize(info.data, ttype, shape, dtype=target, device=device)
+            t = dequantize(data[info.offset:info.offset + info.n_bytes], ttype, shape, dtype=target, device=device)
         except ValueError as exc:
             raise ModelLoadError(f"corrupt tensor data ({exc})", path=path, field=name) from exc
         if not torch.isfinite(t).all():
             raise ModelLoadError("tensor contains NaN or infinite values", path=path, field=name)
         tensors[name] = t
         show(done, total, name)
-    return config, tensors, reader
+    return config, tensors, meta
