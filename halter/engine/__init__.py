@@ -13,8 +13,8 @@ from halter.engine.kv_cache import KVCache
 from halter.engine.model import Model
 from halter.engine.tiny import build_tiny_gguf
 
-__all__ = ["GenerationResult", "KVCache", "Model", "ModelConfig", "Tokenizer", "build_tiny_gguf",
-           "generate"]
+__all__ = ["GenerationResult", "KVCache", "Model", "ModelConfig", "Request", "Tokenizer", "build_tiny_gguf",
+           "generate", "generate_batch"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
     if name == "Tokenizer":
         from halter.engine.tokenizer import Tokenizer
         return Tokenizer
-    if name in ("generate", "GenerationResult"):
+    if name in ("generate", "generate_batch", "GenerationResult", "Request"):
         from halter.engine import generation as _gen
         return getattr(_gen, name)
     raise AttributeError(f"module 'halter.engine' has no attribute {name!r}")
