@@ -45,17 +45,22 @@ class UnsupportedSchemaError(SchemaError):
 
 
 class ModelLoadError(HalterError, OSError):
-    """A model or vocabulary file that cannot be loaded; names the file and the field."""
+    """A model or vocabulary file that cannot be loaded; names the file and the field.
+
+    Printed as ``PATH: MESSAGE (field 'FIELD')``, the way compilers name the file first.
+    """
 
     def __init__(self, message: str, path: Any = None, field: str | None = None) -> None:
         self.path = None if path is None else str(path)
         self.field = field
-        parts = [message]
-        if field:
-            parts.append(f"field {field!r}")
-        if path is not None:
-            parts.append(f"in {path}")
-        super().__init__(": ".join([parts[0], ", ".join(parts[1:])]) if len(parts) > 1 else message)
+        self.message = message
+        text = message if path is None else f"{path}: {message}"
+        if field and field not in message:
+            text += f" (field {field!r})"
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else self.message
 
 
 class IncompleteOutputError(HalterError):
