@@ -18,7 +18,7 @@ import numpy as np
 from halter.errors import GrammarError
 from halter.grammar.automaton import AUTOMATON_VERSION
 from halter.grammar.masks import TransitionTable, pack_bits, walk_subtrees, walk_trie_batch
-from halter.grammar.parser_state import BOTTOM_ID, OPAQUE_ID, Node
+from halter.grammar.parser_state import Node
 from halter.grammar.trie import TokenTrie
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class CompiledGrammar:
         bits = self._esc_memo.get(key)
         if bits is not None:
             return bits
-        if ctx.id in (BOTTOM_ID, OPAQUE_ID):
+        if not ctx.returns:
             bits = np.zeros(self.n_words, np.uint32)    # nothing can follow the end of the root
         else:
             ret = self.space.return_node(ctx)

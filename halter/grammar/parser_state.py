@@ -18,12 +18,18 @@ from halter.grammar.automaton import RuleAutomata
 
 
 class Ctx:
-    """A return context: ``returns`` are the items to add when the rule called in this context ends."""
-    __slots__ = ("id", "returns")
+    """A return context: ``returns`` are the items to add when the rule called in this context ends.
 
-    def __init__(self, cid: int, returns: tuple = ()) -> None:
+    ``flags`` marks the two special endings a context may include: ``ENDS_ROOT`` (the whole input may
+    end: the BOTTOM context) and ``ESCAPES`` (an unknown caller: the OPAQUE context). A context can be
+    the union of several, when items at one position are merged.
+    """
+    __slots__ = ("id", "returns", "flags")
+
+    def __init__(self, cid: int, returns: tuple = (), flags: int = 0) -> None:
         self.id = cid
         self.returns = returns
+        self.flags = flags
 
     def __repr__(self) -> str:
         return f"Ctx({self.id})"
@@ -52,6 +58,7 @@ class Node:
 
 
 BOTTOM_ID, OPAQUE_ID = 0, 1
+ENDS_ROOT, ESCAPES = 1, 2
 
 
 class StateSpace:
@@ -59,8 +66,8 @@ class StateSpace:
 
     def __init__(self, automata: RuleAutomata) -> None:
         self.a = automata
-        self.bottom = Ctx(BOTTOM_ID)
-        self.opaque = Ctx(OPAQUE_ID)
+        self.bottom = Ctx(BOTTOM_ID, flags=ENDS_ROOT)
+        self.opaque = Ctx(OPAQUE_ID, flags=ESCAPES)
         self._ctx_table: dict[object, Ctx] = {}
         self._node_table: dict[object, Node] = {}
         self.nodes: list[Node] = []
@@ -108,24 +115,48 @@ class StateSpace:
                     w.add(ret)
                     if nullable[rule]:
                         work.append(ret)
-            if accepting_pos[d]:
-                if type(ref) is int:
-                    pass                       # an empty match of a rule predicted here: see nullable above
-                elif ref.id == BOTTOM_ID:
-                    root_done = True
-                elif ref.id == OPAQUE_ID:
-                    escaped = True
-                else:
-                    work.extend(ref.returns)
+            if accepting_pos[d] and type(ref) is not int:   # (an int ref: an empty match, see nullable)
+                if ref.flags:
+                    root_done = root_done or bool(ref.flags & ENDS_ROOT)
+                    escaped = escaped or bool(ref.flags & ESCAPES)
+                work.extend(ref.returns)
         has_bytes, tokens = a.has_bytes, a.tokens
         scan_raw = [it for it in seen if has_bytes[it[0]]]
         tok_raw = [it for it in seen if tokens[it[0]]]
         if not scan_raw and not tok_raw and not root_done and not escaped:
             return self.dead
         resolve = self._resolver(waiting, scan_raw, tok_raw)
-        scan = tuple(sorted(((d, resolve(r)) for d, r in scan_raw), key=lambda x: (x[0], x[1].id)))
-        tok = tuple(sorted(((d, resolve(r)) for d, r in tok_raw), key=lambda x: (x[0], x[1].id)))
+        scan = self._merge((d, resolve(r)) for d, r in scan_raw)
+        tok = self._merge((d, resolve(r)) for d, r in tok_raw)
         return self._make_node(scan, tok, root_done, escaped)
+
+    def _merge(self, items) -> tuple:
+        """One item per position: items at the same position merge their contexts into a union.
+
+        ``(d, c1)`` and ``(d, c2)`` read the same input and, when the rule ends, return to both; so
+        they are ``(d, c1 | c2)``. This keeps a state's size bounded by the grammar's positions even
+        for infinitely ambiguous grammars such as ``S ::= S S | "a"``.
+        """
+        by_pos: dict[int, list[Ctx]] = {}
+        for d, c in items:
+            by_pos.setdefault(d, []).append(c)
+        out = []
+        for d in sorted(by_pos):
+            ctxs = by_pos[d]
+            out.append((d, ctxs[0] if len(ctxs) == 1 else self._union(ctxs)))
+        return tuple(out)
+
+    def _union(self, ctxs: list[Ctx]) -> Ctx:
+        flags, returns = 0, set()
+        for c in ctxs:
+            flags |= c.flags
+            returns.update(c.returns)
+        key = ("union", flags, frozenset((after, c.id) for after, c in returns))
+        ctx = self._ctx_table.get(key)
+        if ctx is None:
+            ctx = Ctx(len(self._ctx_table) + 2, tuple(sorted(returns, key=lambda x: (x[0], x[1].id))), flags)
+            self._ctx_table[key] = ctx
+        return ctx
 
     def _resolver(self, waiting: dict[int, set], scan_raw: list, tok_raw: list):
         """Intern the local contexts the kept items need; return ref -> Ctx."""
