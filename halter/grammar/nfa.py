@@ -48,7 +48,7 @@ class NfaBuilder:
         return self.index[name]
 
     def plan_inlining(self, root: str) -> None:
-        """Choose the rules to expand in place of their calls: small, non-recursive ones.
+        """Choose the rules to expand in place of their calls: small, non-recursive leaves.
 
         Inlining a leaf like ``char ::= [^"\\] | "\\" ...`` into ``string ::= "\"" char* "\""`` keeps
         the string body inside one DFA, so tokens never leave and re-enter a rule at every character
@@ -80,14 +80,23 @@ class NfaBuilder:
                 expanded[n] = own + extra
             return expanded[n]
 
-        self.inline: set[str] = set()
-        for n in sorted(self.rules, key=lambda x: len(refs[x])):      # leaves first
-            if n == root or n in recursive:
-                continue
-            size = exp_size(n)
-            if size <= INLINE_MAX_STATES or (counts.get(n, 0) == 1 and size <= INLINE_ONCE_MAX_STATES):
-                self.inline.add(n)
-                expanded.clear()
+        # Only rules that are leaves once their own callees are expanded: expanding a rule that still
+        # calls others would copy its positions into every caller (an object's key/value rule into
+        # each of the many "properties seen so far" rules a schema makes) for no gain.
+        self.inline = set()
+        changed = True
+        while changed:
+            changed = False
+            for n in self.rules:
+                if n in self.inline or n == root or n in recursive:
+                    continue
+                if any(r not in self.inline for r in refs[n]):
+                    continue
+                size = exp_size(n)
+                if size <= INLINE_MAX_STATES or (counts.get(n, 0) == 1 and size <= INLINE_ONCE_MAX_STATES):
+                    self.inline.add(n)
+                    expanded.clear()
+                    changed = True
 
     def build_all(self, root: str) -> None:
         self.plan_inlining(root)
