@@ -4,7 +4,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-import gguf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +12,7 @@ from halter.engine.pretokenize import PRE_TYPES, Pretokenizer
 from halter.engine.tokenizer import Tokenizer
 from halter.errors import ModelLoadError
 from halter.grammar.vocab import gpt2_byte_encoder
+from tests.gguf_files import write_vocab_gguf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 VOCAB_DIR = SHARED / "vocab"
@@ -140,26 +140,6 @@ def test_bad_ids_and_text_are_rejected():
 
 # ------------------------------------------------------------------ synthetic GGUF files
 
-def _write(path: Path, tokens: list[str], types: list[int], *, model: str, merges=None, pre=None,
-           scores=None, **extra) -> Path:
-    w = gguf.GGUFWriter(str(path), arch="llama")
-    w.add_tokenizer_model(model)
-    if pre is not None:
-        w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    if scores is not None:
-        w.add_token_scores(scores)
-    if merges is not None:
-        w.add_token_merges(merges)
-    for key, value in extra.items():
-        getattr(w, f"add_{key}")(value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.close()
-    return path
-
-
 def _byte_level_tokens(extra: list[str]) -> list[str]:
     return [gpt2_byte_encoder()[b] for b in range(256)] + extra
 
@@ -167,10 +147,10 @@ def _byte_level_tokens(extra: list[str]) -> list[str]:
 def test_bpe_merges_apply_in_rank_order(tmp_path):
     tokens = _byte_level_tokens(["ab", "bc", "abc"])
     types = [1] * len(tokens)
-    first = Tokenizer.from_gguf(_write(tmp_path / "a.gguf", tokens, types, model="gpt2", pre="gpt-2",
+    first = Tokenizer.from_gguf(write_vocab_gguf(tmp_path / "a.gguf", tokens, types, model="gpt2", pre="gpt-2",
                                        merges=["a b", "b c", "ab c"]))
     assert [first.vocab.token_texts[i] for i in first.encode("abc")] == ["abc"]
-    second = Tokenizer.from_gguf(_write(tmp_path / "b.gguf", tokens, types, model="gpt2", pre="gpt-2",
+    second = Tokenizer.from_gguf(write_vocab_gguf(tmp_path / "b.gguf", tokens, types, model="gpt2", pre="gpt-2",
                                         merges=["b c", "a b", "ab c"]))
     assert [second.vocab.token_texts[i] for i in second.encode("abc")] == ["a", "bc"]
     # pre-tokenization keeps merges inside words: " abc" is its own word, so "Ġ" stays separate
@@ -181,7 +161,7 @@ def test_spm_prefers_the_highest_score_and_falls_back_to_bytes(tmp_path):
     tokens = ["<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", "▁", "a", "b", "c", "ab", "bc", "▁a"]
     scores = [0, 0, 0, 0, 0, -1, -1, -1, -1, -5, -2, -3]
     types = [2, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1]
-    tok = Tokenizer.from_gguf(_write(tmp_path / "s.gguf", tokens, types, model="llama",
+    tok = Tokenizer.from_gguf(write_vocab_gguf(tmp_path / "s.gguf", tokens, types, model="llama",
                                      scores=[float(s) for s in scores]))
     texts = [tok.vocab.token_texts[i] for i in tok.encode("abc", add_bos=False)]
     assert texts == ["▁a", "bc"]          # "▁a" (-3) wins over "ab" (-5) after "bc" (-2)
@@ -191,11 +171,11 @@ def test_spm_prefers_the_highest_score_and_falls_back_to_bytes(tmp_path):
 
 def test_unknown_pre_tokenizer_and_missing_merges_are_reported(tmp_path):
     tokens = _byte_level_tokens([])
-    path = _write(tmp_path / "p.gguf", tokens, [1] * 256, model="gpt2", pre="klingon", merges=["a b"])
+    path = write_vocab_gguf(tmp_path / "p.gguf", tokens, [1] * 256, model="gpt2", pre="klingon", merges=["a b"])
     with pytest.raises(ModelLoadError, match="unsupported pre-tokenizer type 'klingon'") as err:
         Tokenizer.from_gguf(path)
     assert err.value.field == "tokenizer.ggml.pre"
-    path = _write(tmp_path / "m.gguf", tokens, [1] * 256, model="gpt2", pre="gpt-2")
+    path = write_vocab_gguf(tmp_path / "m.gguf", tokens, [1] * 256, model="gpt2", pre="gpt-2")
     with pytest.raises(ModelLoadError) as err:
         Tokenizer.from_gguf(path)
     assert err.value.field == "tokenizer.ggml.merges" and str(path) in str(err.value)
@@ -203,7 +183,7 @@ def test_unknown_pre_tokenizer_and_missing_merges_are_reported(tmp_path):
 
 def test_add_bos_without_a_bos_token_is_reported(tmp_path):
     # SentencePiece adds BOS by default; its default id (1) does not exist in a one-token vocabulary
-    path = _write(tmp_path / "b.gguf", ["a"], [1], model="llama", scores=[0.0])
+    path = write_vocab_gguf(tmp_path / "b.gguf", ["a"], [1], model="llama", scores=[0.0])
     with pytest.raises(ModelLoadError, match="no BOS token") as err:
         Tokenizer.from_gguf(path)
     assert err.value.field == "tokenizer.ggml.add_bos_token"

@@ -11,6 +11,7 @@ import pytest
 
 from halter.errors import ModelLoadError
 from halter.grammar.vocab import Vocabulary, gpt2_byte_encoder, read_gguf_metadata
+from tests.gguf_files import write_vocab_gguf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 VOCAB_DIR = SHARED / "vocab"
@@ -46,24 +47,6 @@ def read_vectors(name: str) -> list[tuple[str, list[int]]]:
         pos = nxt + len(sep)
     lines = out.read_text(encoding="utf-8").split("\n")[:len(texts)]
     return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
-
-
-def write_gguf(path: Path, tokens: list[str], types: list[int] | None = None, *, model: str = "llama",
-               scores: list[float] | None = None, **ids: int) -> Path:
-    w = gguf.GGUFWriter(str(path), arch="llama")
-    w.add_tokenizer_model(model)
-    w.add_token_list(tokens)
-    if types is not None:
-        w.add_token_types(types)
-    if scores is not None:
-        w.add_token_scores(scores)
-    for key, value in ids.items():
-        getattr(w, f"add_{key}")(value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 # ------------------------------------------------------------------ real vocabularies
@@ -175,7 +158,7 @@ def test_from_token_bytes_does_not_mutate_and_blanks_specials():
 def test_synthetic_spm_gguf(tmp_path):
     tokens = ["<unk>", "<s>", "</s>", "<0x41>", "▁hi", "<|im_end|>", "<tool>", "▁<x>▁", "<junk>"]
     types = [2, 3, 3, 6, 1, 1, 4, 4, 5]
-    path = write_gguf(tmp_path / "spm.gguf", tokens, types, scores=[0.0] * len(tokens))
+    path = write_vocab_gguf(tmp_path / "spm.gguf", tokens, types, scores=[0.0] * len(tokens))
     v = Vocabulary.from_gguf(path)
     assert v.token_bytes[3] == b"A" and v.token_bytes[4] == b" hi"
     assert v.token_bytes[6] == b"<tool>" and v.token_bytes[7] == "▁<x>▁".encode()   # user-defined: raw text
@@ -188,7 +171,7 @@ def test_synthetic_spm_gguf(tmp_path):
 
 def test_synthetic_gpt_oss_style_end_token_is_not_eog(tmp_path):
     tokens = ["a", "<|return|>", "<|call|>", "<|end|>", "<|start|>", "<|endoftext|>"]
-    path = write_gguf(tmp_path / "oss.gguf", tokens, [1, 3, 3, 3, 3, 3], model="gpt2",
+    path = write_vocab_gguf(tmp_path / "oss.gguf", tokens, [1, 3, 3, 3, 3, 3], model="gpt2",
                       eos_token_id=5)
     v = Vocabulary.from_gguf(path)
     assert v.eog_ids == frozenset({1, 2, 5})
@@ -216,7 +199,7 @@ def test_missing_or_unknown_model_names_the_field(tmp_path):
     with pytest.raises(ModelLoadError, match="tokenizer.ggml.model") as err:
         Vocabulary.from_gguf(tmp_path / "nomodel.gguf")
     assert err.value.field == "tokenizer.ggml.model"
-    path = write_gguf(tmp_path / "t5.gguf", ["a"], model="t5")
+    path = write_vocab_gguf(tmp_path / "t5.gguf", ["a"], model="t5")
     with pytest.raises(ModelLoadError, match="unsupported tokenizer model 't5'"):
         Vocabulary.from_gguf(path)
 
@@ -236,7 +219,7 @@ def test_not_a_gguf_file(tmp_path):
 
 def test_truncated_file_names_the_field_being_read(tmp_path):
     tokens = ["<unk>", "<s>", "</s>"] + [f"tok{i}" for i in range(50)]
-    full = write_gguf(tmp_path / "full.gguf", tokens, [2, 3, 3] + [1] * 50).read_bytes()
+    full = write_vocab_gguf(tmp_path / "full.gguf", tokens, [2, 3, 3] + [1] * 50).read_bytes()
     cut_at = full.index(b"tok25")            # in the middle of the token list
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(full[:cut_at])
@@ -251,13 +234,13 @@ def test_truncated_file_names_the_field_being_read(tmp_path):
 
 
 def test_malformed_byte_token_is_reported(tmp_path):
-    path = write_gguf(tmp_path / "b.gguf", ["<unk>", "<s>", "</s>", "<0xZZ>"], [2, 3, 3, 6])
+    path = write_vocab_gguf(tmp_path / "b.gguf", ["<unk>", "<s>", "</s>", "<0xZZ>"], [2, 3, 3, 6])
     with pytest.raises(ModelLoadError, match="byte token 3") as err:
         Vocabulary.from_gguf(path)
     assert err.value.field == "tokenizer.ggml.tokens"
 
 
 def test_duplicate_token_is_reported(tmp_path):
-    path = write_gguf(tmp_path / "d.gguf", ["<unk>", "a", "b", "a"])
+    path = write_vocab_gguf(tmp_path / "d.gguf", ["<unk>", "a", "b", "a"])
     with pytest.raises(ModelLoadError, match="duplicate token 'a' at ids 1 and 3"):
         Vocabulary.from_gguf(path)
