@@ -17,8 +17,9 @@ import numpy as np
 
 from halter.errors import GrammarError
 from halter.grammar.automaton import AUTOMATON_VERSION
-from halter.grammar.masks import TransitionTable, pack_bits, walk_subtrees, walk_trie_batch
+from halter.grammar.masks import TransitionTable, pack_bits, walk_trie_batch
 from halter.grammar.parser_state import Node
+from halter.grammar.runtime_masks import MaskAssembler
 from halter.grammar.trie import TokenTrie
 
 if TYPE_CHECKING:
@@ -59,10 +60,8 @@ class CompiledGrammar:
         self.acc_bits = np.zeros((n_pos, self.n_words), dtype=np.uint32)
         self.esc_start = np.zeros(n_pos + 1, dtype=np.int64)
         self.esc_nodes = np.zeros(0, dtype=np.int64)
-        self._mask_memo: dict[int, np.ndarray] = {}
-        self._esc_memo: dict[tuple[int, int], np.ndarray] = {}
-        self._in_progress: set[int] = set()
-        self._tainted = False
+        self._masks = MaskAssembler(self)
+        self._mask_memo = self._masks.node_memo      # read by TokenMatcher.is_allowed
         self.compile_seconds = 0.0
         self.from_cache = False
 
@@ -121,57 +120,8 @@ class CompiledGrammar:
     # -- masks at run time -------------------------------------------------------------------
     def node_bits(self, node: Node) -> np.ndarray:
         """The packed mask (uint32 words) of tokens the grammar allows from ``node`` (memoised)."""
-        bits = self._mask_memo.get(node.id)
-        if bits is not None:
-            return bits
-        outer = not self._in_progress
-        if outer:
-            self._tainted = False
-        self._in_progress.add(node.id)
-        try:
-            bits = self._compute_bits(node)
-        finally:
-            self._in_progress.discard(node.id)
-        if outer or not self._tainted:
-            self._mask_memo[node.id] = bits
-        return bits
-
-    def _compute_bits(self, node: Node) -> np.ndarray:
-        a = self.space.a
-        ds = [d for d, _ in node.scan]
-        bits = np.bitwise_or.reduce(self.acc_bits[ds], axis=0) if ds else np.zeros(self.n_words, np.uint32)
-        for d, ctx in node.scan:
-            if self.esc_start[d + 1] > self.esc_start[d] or a.accepting[d]:
-                bits = bits | self._escape_bits(d, ctx)
-        for d, _ctx in node.tok:
-            for k, _t in a.tokens[d]:
-                bits = bits | self.token_ref_bits[k]
-        if node.accepting:
-            bits = bits | self.eog_bits
-        return bits
-
-    def _escape_bits(self, d: int, ctx) -> np.ndarray:
-        key = (d, ctx.id)
-        bits = self._esc_memo.get(key)
-        if bits is not None:
-            return bits
-        if not ctx.returns:
-            bits = np.zeros(self.n_words, np.uint32)    # nothing can follow the end of the root
-        else:
-            ret = self.space.return_node(ctx)
-            bits = np.zeros(self.n_words, np.uint32)
-            if self.space.a.accepting[d] and ret.id != 0:
-                if ret.id in self._in_progress:
-                    self._tainted = True             # a cycle: its share arrives through the outer call
-                else:
-                    bits = bits | self.node_bits(ret)
-            lo, hi = self.esc_start[d], self.esc_start[d + 1]
-            if ret.id != 0 and hi > lo:
-                rows = walk_subtrees(self.table, self.trie, ret, self.esc_nodes[lo:hi])
-                bits = bits | self.trie.rows_to_bits(rows)
-        if not self._tainted:
-            self._esc_memo[key] = bits
-        return bits
+        bits = self._masks.node_memo.get(node.id)
+        return bits if bits is not None else self._masks.node_bits(node)
 
     def matcher(self) -> "TokenMatcher":
         """A fresh token matcher at the start of the grammar."""

@@ -114,31 +114,39 @@ def walk_trie_batch(tt: TransitionTable, trie: TokenTrie, starts: list[Node]):
     return ok_s, ok_r, esc_s, esc_n
 
 
-def walk_subtrees(tt: TransitionTable, trie: TokenTrie, start: Node, nodes: np.ndarray) -> np.ndarray:
+def walk_subtrees(tt: TransitionTable, trie: TokenTrie, start: Node, nodes: np.ndarray,
+                  want_escapes: bool = False):
     """Rows strictly below trie ``nodes`` whose bytes below that node can be read from ``start``.
 
     Each node's subtree is walked from ``start`` on its own (a node nested under another is walked
     twice, from two different offsets), all in one batch of (trie node, parser state) pairs; the
-    state belongs to the pair, not to the trie node. Returns the row indices (may repeat).
+    state belongs to the pair, not to the trie node. Returns the row indices (may repeat) and, with
+    ``want_escapes``, the escape points met on the way (as in ``walk_trie_batch``; ``start`` should
+    then be an opaque node).
     """
-    if start.id == 0 or not len(nodes):
-        return np.zeros(0, dtype=np.int64)
-    tt.register(start)
-    found = []
-    level = trie.children_of(np.asarray(nodes, dtype=np.int64))
-    prev_states = np.full(len(level), start.id, dtype=np.int32)
-    while len(level):
-        st = tt.step(prev_states, tt.class_of[trie.byte[level]])
-        live = st != 0
-        level, st = level[live], st[live]
-        rows = trie.node_row[level]
-        found.append(rows[rows >= 0])
-        counts = trie.child_hi[level] - trie.child_lo[level]
-        if not counts.any():
-            break
-        prev_states = np.repeat(st, counts)
-        level = trie.children_of(level)
-    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    found, escapes = [], []
+    if start.id != 0 and len(nodes):
+        tt.register(start)
+        level = trie.children_of(np.asarray(nodes, dtype=np.int64))
+        prev_states = np.full(len(level), start.id, dtype=np.int32)
+        while len(level):
+            st = tt.step(prev_states, tt.class_of[trie.byte[level]])
+            live = st != 0
+            level, st = level[live], st[live]
+            rows = trie.node_row[level]
+            found.append(rows[rows >= 0])
+            if want_escapes:
+                esc = level[tt.escaped[st]]
+                escapes.append(esc[trie.child_hi[esc] > trie.child_lo[esc]])
+            counts = trie.child_hi[level] - trie.child_lo[level]
+            if not counts.any():
+                break
+            prev_states = np.repeat(st, counts)
+            level = trie.children_of(level)
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))
+    if want_escapes:
+        return cat(found), np.unique(cat(escapes))
+    return cat(found)
 
 
 def pack_bits(mask: np.ndarray) -> np.ndarray:
