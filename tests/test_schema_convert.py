@@ -118,15 +118,15 @@ def test_schema_is_not_mutated():
 
 @pytest.mark.parametrize("keyword,schema", [
     ("uniqueItems", {"type": "array", "uniqueItems": True}),
-    ("not", {"not": {"type": "string"}}),
-    ("if", {"if": {"type": "string"}, "then": {"minLength": 2}}),
-    ("contains", {"type": "array", "contains": {"type": "integer"}}),
+    ("not", {"not": {"pattern": "^a"}}),
+    ("if", {"if": {"pattern": "^a"}, "then": {"minLength": 2}}),
+    ("contains", {"type": "array", "contains": {"type": "integer"}, "maxContains": 2}),
     ("multipleOf", {"type": "number", "multipleOf": 0.3}),
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(keyword, schema):
     wrapped = {"type": "object", "properties": {"p": schema}}
     with pytest.raises(UnsupportedSchemaError) as err:
-        json_schema_to_gbnf(wrapped)
+        json_schema_to_gbnf(wrapped, strict=True)
     assert err.value.keyword == keyword
     assert err.value.pointer == "#/properties/p"
     with pytest.warns(SchemaWarning, match=keyword):
@@ -169,7 +169,7 @@ def test_known_keys_cannot_be_smuggled_as_extra_properties():
 def test_overlapping_one_of_is_strict_error_and_lenient_any_of():
     schema = {"oneOf": [{"type": "integer"}, {"minimum": 2}]}
     with pytest.raises(UnsupportedSchemaError) as err:
-        json_schema_to_gbnf(schema)
+        json_schema_to_gbnf(schema, strict=True)
     assert err.value.keyword == "oneOf"
     with pytest.warns(SchemaWarning):
         g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=False))
@@ -178,5 +178,5 @@ def test_overlapping_one_of_is_strict_error_and_lenient_any_of():
 
 def test_unchecked_format_is_strict_error():
     with pytest.raises(UnsupportedSchemaError, match="idn-hostname"):
-        json_schema_to_gbnf({"type": "string", "format": "idn-hostname"})
+        json_schema_to_gbnf({"type": "string", "format": "idn-hostname"}, strict=True)
     assert json_schema_to_gbnf({"type": "string", "format": "my-own-format"})   # unknown: annotation

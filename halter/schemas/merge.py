@@ -105,6 +105,8 @@ def merge(a: dict, b: dict) -> dict | bool:
             out[k] = x
         elif k in ("properties", "patternProperties", "dependentRequired"):
             continue   # handled below
+        elif k == "x-halter-not-strings":
+            out[k] = list(dict.fromkeys(list(x) + list(y)))
         elif k in ("uniqueItems",):
             out[k] = x or y
         elif x == y:

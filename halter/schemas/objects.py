@@ -11,10 +11,16 @@ known key: the extra-key grammar is the complement of the known names (a trie co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from halter.grammar.ast import Expr, Literal, Repeat, RuleRef, alt
+from halter.schemas import merge as merging
 from halter.schemas.json_text import NEVER, JsonText, cat
+from halter.schemas.refs import pointer_escape
 from halter.schemas.rules import Rules
+
+if TYPE_CHECKING:
+    from halter.schemas.converter import Converter
 
 MAX_TRACKED = 5
 
@@ -192,3 +198,77 @@ class ObjectBuilder:
 
 class _CountUnsupported(Exception):
     """min/maxProperties together with members that are not counted exactly."""
+
+
+def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | None:
+    """Grammar for a flat object schema: known, required, pattern and extra properties, counts."""
+    props_schema = s.get("properties") or {}
+    pattern_props = s.get("patternProperties") or {}
+    additional = s.get("additionalProperties", True)
+    if "unevaluatedProperties" in s and additional is True:
+        additional = s["unevaluatedProperties"]
+    if conv.closed_objects and "additionalProperties" not in s and not pattern_props:
+        additional = False
+    names = list(props_schema)
+    if conv.prop_order:
+        names.sort(key=lambda n: conv.prop_order.index(n) if n in conv.prop_order else len(conv.prop_order))
+    prop_names = s.get("propertyNames")
+    if prop_names is not None and prop_names is not True and not (isinstance(prop_names, dict) and not set(prop_names) - merging.ANNOTATIONS):
+        names = [n for n in names if conv.valid(prop_names, n)]
+    props: dict[str, Expr | None] = {}
+    for n in names:
+        sub = props_schema[n]
+        for pat, psub in pattern_props.items():
+            if conv.strings.search(pat, n, f"{ptr}/patternProperties"):
+                sub = merging._both(sub, psub)
+        props[n] = conv.visit(sub, f"{ptr}/properties/{pointer_escape(n)}", base)
+    required = [r for r in (s.get("required") or []) if isinstance(r, str)]
+    if any(r not in props_schema for r in required):
+        # required keys without a property schema: they take the extra-key rule
+        for r in required:
+            if r not in props_schema and (prop_names is None or conv.valid(prop_names, r)):
+                sub = additional
+                for pat, psub in pattern_props.items():
+                    if conv.strings.search(pat, r, f"{ptr}/patternProperties"):
+                        sub = psub if sub is additional else merging._both(sub, psub)
+                props[r] = conv.visit(sub, f"{ptr}/required", base)
+    extra: list[tuple[Expr, Expr]] = []
+    known = list(props)
+    # names whose value rule differs from what the extra-key route would allow: an extra key
+    # must never spell them (names with an unconstrained rule may, harmlessly)
+    strict_known = [n for n in known if props_schema.get(n, None) not in (True, {}, additional)
+                    or n in required]
+    if pattern_props:
+        if len(pattern_props) > 1 or additional is not False:
+            # several patterns or patterns next to additional properties: approximate unless exact
+            exact = conv.strings.pattern_keys(pattern_props, additional, strict_known, ptr, base)
+            extra.extend(exact)
+        else:
+            pat, psub = next(iter(pattern_props.items()))
+            value = conv.visit(psub, f"{ptr}/patternProperties/{pointer_escape(pat)}", base)
+            if value is not None:
+                extra.append((conv.strings.key_pattern(pat, strict_known, f"{ptr}/patternProperties"), value))
+    elif additional is not False:
+        value = conv.visit(additional, f"{ptr}/additionalProperties", base)
+        if value is not None:
+            if prop_names is not None and prop_names is not True:
+                key = conv.strings.key_schema(prop_names, strict_known, f"{ptr}/propertyNames", base)
+            else:
+                key = key_complement(conv.js, known)
+            if key is not None:
+                extra.append((key, value))
+    deps = {k: list(v) for k, v in (s.get("dependentRequired") or {}).items()}
+    deps.update({k: list(v) for k, v in (s.get("dependencies") or {}).items() if isinstance(v, list)})
+    spec = ObjectSpec(props=props, required=required, extra=extra,
+                      min_props=int(s.get("minProperties", 0)), max_props=s.get("maxProperties"),
+                      dependent_required=deps, ordered=bool(conv.prop_order))
+    if deps and (len(props) > MAX_TRACKED or spec.ordered):
+        conv.unsupported("dependentRequired", ptr, "only for objects with few properties")
+        spec.dependent_required = {}
+    try:
+        return ObjectBuilder(conv.js, conv.rules, conv.hint(ptr)).build(spec)
+    except _CountUnsupported:
+        conv.unsupported("maxProperties" if spec.max_props is not None else "minProperties", ptr,
+                         "property counts are exact only for objects with few known properties")
+        spec.min_props, spec.max_props = 0, None
+        return ObjectBuilder(conv.js, conv.rules, conv.hint(ptr)).build(spec)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq
 from halter.schemas.formats import FORMATS, UNCHECKED_FORMATS
 from halter.schemas.json_text import JsonText, cat
+from halter.schemas.objects import key_complement
 from halter.schemas.regex import RegexError, UnsupportedRegexError, regex_to_expr
 
 if TYPE_CHECKING:
@@ -91,6 +92,11 @@ class StringBuilder:
         hi = None if hi is None else int(hi)
         if hi is not None and lo > hi:
             return None
+        excluded = s.get("x-halter-not-strings")
+        if excluded:
+            if lo == 0 and hi is None and not s.get("format") and not s.get("pattern"):
+                return key_complement(js, list(excluded))
+            self.conv.unsupported("not", ptr, "excluding strings next to length, pattern or format")
         constraints: list[tuple[str, Expr]] = []
         fmt = s.get("format")
         if isinstance(fmt, str):
@@ -133,7 +139,7 @@ class StringBuilder:
     def key_schema(self, names_schema: Any, known: list[str], ptr: str, base: str) -> Expr | None:
         if names_schema is False:
             return None
-        if any(self.conv._valid(names_schema, k) for k in known):   # names with a stricter rule
+        if any(self.conv.valid(names_schema, k) for k in known):   # names with a stricter rule
             self.conv.unsupported("propertyNames", ptr, "known property names also fit propertyNames")
         sub = dict(names_schema) if isinstance(names_schema, dict) else {}
         sub["type"] = "string"

@@ -1,0 +1,88 @@
+"""``not``, ``if``/``then``/``else``, ``dependentSchemas`` and ``contains`` against python-jsonschema.
+
+Each schema is compiled in strict mode (so nothing may be dropped) and every candidate instance must
+get the validator's verdict, in the default and compact serializations.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+
+import jsonschema
+import pytest
+
+from halter.errors import SchemaError, UnsupportedSchemaError
+from halter.grammar import Grammar
+from halter.schemas import SchemaWarning, json_schema_to_gbnf
+from halter.schemas.logic import negate
+
+CANDIDATES = [None, True, False, 0, 1, -3, 2.5, 10, "", "a", "b", "abc", "hello", [], [1], ["a", 2],
+              [1, 2, 3], ["x", "y"], {}, {"a": 1}, {"a": "x"}, {"a": 1, "b": 2}, {"b": 2}, {"c": 3},
+              {"a": 2, "c": 1}]
+
+SCHEMAS = [
+    {"not": {"type": "string"}},
+    {"not": {"type": ["string", "number"]}},
+    {"not": {"enum": ["a", 1, None]}},
+    {"not": {"const": True}},
+    {"not": {"minimum": 2}},
+    {"not": {"type": "string", "minLength": 2}},
+    {"not": {"required": ["a"]}},
+    {"not": {"properties": {"a": {"type": "string"}}}},
+    {"not": {"anyOf": [{"type": "object"}, {"type": "array", "minItems": 2}]}},
+    {"not": {"not": {"type": "array"}}},
+    {"not": {"items": {"type": "string"}}},
+    {"not": {"contains": {"type": "string"}}},
+    {"properties": {"a": {"not": {}}}},
+    {"if": {"type": "object", "required": ["a"]}, "then": {"required": ["b"]}, "else": {"type": "array"}},
+    {"if": {"properties": {"a": {"const": 1}}}, "then": {"required": ["b"]}, "else": {"type": "object"}},
+    {"if": {"type": "string"}, "else": {"type": "number"}},
+    {"dependentSchemas": {"a": {"required": ["b"]}}},
+    {"dependentSchemas": {"a": {"properties": {"b": {"type": "string"}}}}},
+    {"type": "array", "contains": {"type": "string"}},
+    {"type": "array", "items": {"type": ["integer", "string"]}, "contains": {"type": "integer"}, "minContains": 2},
+    {"type": "array", "contains": {"const": 1}, "minContains": 0},
+    {"$defs": {"s": {"type": "string"}}, "not": {"$ref": "#/$defs/s"}},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=lambda s: json.dumps(s)[:60])
+def test_rewritten_keywords_are_exact(schema):
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in CANDIDATES:
+        expected = validator.is_valid(value)
+        for text in (json.dumps(value), json.dumps(value, separators=(",", ":"))):
+            assert g.matches(text) == expected, (text, expected)
+
+
+def test_negate_gives_up_on_what_has_no_positive_form():
+    resolve = lambda ref: None  # noqa: E731
+    assert negate({"pattern": "^a"}, resolve, "draft2020") is None
+    assert negate({"type": "integer"}, resolve, "draft2020") is None
+    assert negate({"enum": [[1]]}, resolve, "draft2020") is None
+    assert negate({}, resolve, "draft2020") is False
+    assert negate({"title": "x", "x-unknown": 1}, resolve, "draft2020") is False
+
+
+def test_default_mode_is_lenient_and_warns():
+    schema = {"type": "array", "uniqueItems": True}
+    with pytest.warns(SchemaWarning, match="uniqueItems"):
+        g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
+    assert g.matches("[1, 1]")           # a superset: the dropped keyword is not enforced
+    with pytest.raises(UnsupportedSchemaError):
+        json_schema_to_gbnf(schema, strict=True)
+
+
+def test_schema_accepting_nothing_is_an_error():
+    with pytest.raises(SchemaError, match="accepts no value"):
+        json_schema_to_gbnf({"not": {}})
+
+
+def test_ecmascript_property_escapes_are_not_invalid_schemas():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = Grammar.from_gbnf(json_schema_to_gbnf({"type": "string", "pattern": "^\\p{L}+$"}))
+    assert g.matches('"x"')
+    with pytest.raises(UnsupportedSchemaError):
+        json_schema_to_gbnf({"type": "string", "pattern": "^\\p{L}+$"}, strict=True)
