@@ -109,7 +109,7 @@ class Converter:
                               "#" + ptr)
         if len(self._inlining) > MAX_DEPTH:
             raise UnsupportedSchemaError("allOf/$ref nesting too deep (recursive allOf?)", "#" + ptr, "allOf")
-        ident = schema.get("$id")
+        ident = schema.get("$id", schema.get("id") if self.draft == "draft4" else None)
         if isinstance(ident, str) and self.draft != "draft4" and not (self.draft in ("draft6", "draft7") and "$ref" in schema):
             from urllib.parse import urldefrag, urljoin
             base = urldefrag(urljoin(base, ident))[0] or base

@@ -80,13 +80,32 @@ _DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
 DURATION = (rf"P(?:[0-9]+W|(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)"
             rf"(?:{_DUR_TIME})?|{_DUR_TIME})")
 
+# RFC 6570 level 4 (the noncharacters at the end of each supplementary plane are not excluded)
+_UT_LITERAL = (r"(?:[!#$&()*+,\-./0-9:;=?@A-Z\[\]_a-z~\u00A0-\uD7FF\uE000-\uFDCF\uFDF0-\uFFEF"
+               r"\u{10000}-\u{10FFFD}]|%[0-9A-Fa-f]{2})")
+_UT_VARCHAR = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})"
+_UT_VARSPEC = rf"{_UT_VARCHAR}(?:\.?{_UT_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
+URI_TEMPLATE = rf"(?:{_UT_LITERAL}|\{{[+#./;?&=,!@|]?{_UT_VARSPEC}(?:,{_UT_VARSPEC})*\}})*"
+
+# a superset of IDNA2008 host names: dot-separated labels of letters, digits, hyphens (not first or
+# last) and non-ASCII characters, at most 63 characters each; the IDNA tables, contextual rules,
+# Bidi rules and A-label (punycode) validity are not checked
+_IDN_SEP = r"[.\u3002\uFF0E\uFF61]"
+_IDN_CHAR = r"[A-Za-z0-9\u0080-\u3001\u3003-\uD7FF\uE000-\uFF0D\uFF0F-\uFF60\uFF62-\u{10FFFF}]"
+_IDN_LABEL = rf"{_IDN_CHAR}(?:(?:{_IDN_CHAR}|-){{0,61}}{_IDN_CHAR})?"
+IDN_HOSTNAME = rf"{_IDN_LABEL}(?:{_IDN_SEP}{_IDN_LABEL})*"
+
 FORMATS: dict[str, str] = {
     "date": DATE, "time": TIME, "date-time": DATE_TIME, "duration": DURATION,
     "ipv4": IPV4, "ipv6": IPV6, "hostname": HOSTNAME, "email": EMAIL, "uuid": UUID,
     "uri": URI, "uri-reference": URI_REFERENCE, "iri": IRI, "iri-reference": IRI_REFERENCE,
     "json-pointer": JSON_POINTER, "relative-json-pointer": RELATIVE_JSON_POINTER,
+    "uri-template": URI_TEMPLATE,
 }
 """Format name -> anchored ECMAScript regex of the string value."""
 
 # formats defined by the spec that halter does not check (their values are accepted as any string)
-UNCHECKED_FORMATS = frozenset({"idn-email", "idn-hostname", "uri-template", "regex"})
+UNCHECKED_FORMATS = frozenset({"idn-email", "regex"})
+
+APPROXIMATE_FORMATS: dict[str, str] = {"idn-hostname": IDN_HOSTNAME}
+"""Formats checked as a superset: strict mode refuses them, the default mode uses the superset."""

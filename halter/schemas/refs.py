@@ -23,6 +23,8 @@ class RefIndex:
         self.doc_pointer: dict[str, str] = {}     # absolute URI -> JSON pointer of it in root
         self.anchors: dict[tuple[str, str], tuple[Any, str, str]] = {}
         self._walk(root, DEFAULT_BASE, "")
+        self.docs.setdefault(DEFAULT_BASE, root)      # the root also under the default base
+        self.doc_pointer.setdefault(DEFAULT_BASE, "")
 
     def _walk(self, node: Any, base: str, pointer: str) -> None:
         if isinstance(node, dict):

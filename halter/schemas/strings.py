@@ -7,7 +7,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq
-from halter.schemas.formats import FORMATS, UNCHECKED_FORMATS
+from halter.schemas.formats import APPROXIMATE_FORMATS, FORMATS, UNCHECKED_FORMATS
 from halter.schemas.json_text import JsonText, cat
 from halter.schemas.objects import key_complement
 from halter.schemas.regex import RegexError, UnsupportedRegexError, regex_to_expr
@@ -102,6 +102,9 @@ class StringBuilder:
         if isinstance(fmt, str):
             if fmt in FORMATS:
                 constraints.append(("format", self.pattern_expr(FORMATS[fmt], ptr, anchored=True)))
+            elif fmt in APPROXIMATE_FORMATS:
+                self.conv.unsupported("format", ptr, f"format {fmt!r} is only checked as a superset")
+                constraints.append(("format", self.pattern_expr(APPROXIMATE_FORMATS[fmt], ptr, anchored=True)))
             elif fmt in UNCHECKED_FORMATS:
                 self.conv.unsupported("format", ptr, f"format {fmt!r} is not checked (any string would be accepted)")
         patterns = [p for p in [s.get("pattern"), *s.get("x-halter-patterns", [])] if isinstance(p, str)]
