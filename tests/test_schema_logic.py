@@ -86,3 +86,28 @@ def test_ecmascript_property_escapes_are_not_invalid_schemas():
     assert g.matches('"x"')
     with pytest.raises(UnsupportedSchemaError):
         json_schema_to_gbnf({"type": "string", "pattern": "^\\p{L}+$"}, strict=True)
+
+
+def test_refs_inside_a_referenced_one_of_are_inlined_when_intersected():
+    schema = {"$defs": {"one": {"oneOf": [{"$ref": "#/$defs/two"}, {"required": ["b"]}]},
+                        "two": {"required": ["c"], "properties": {"c": {"type": "integer"}}}},
+              "allOf": [{"$ref": "#/$defs/one"}], "type": "object", "properties": {"b": {"type": "string"}}}
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
+    assert g.matches('{"c": 1}') and g.matches('{"b": "x"}')
+    assert not g.matches('{"c": "x"}') and not g.matches("{}")
+
+
+def test_a_pattern_matching_every_key_leaves_no_additional_properties():
+    schema = {"properties": {"basic": {"type": "string"}}, "patternProperties": {".*": {"type": "string"}},
+              "required": ["basic"]}
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
+    assert g.matches('{"basic": "x", "a": "y"}')
+    assert not g.matches('{"basic": "x", "a": 1}') and not g.matches('{"basic": 1}')
+
+
+def test_many_required_keys_in_any_order():
+    names = "abcdefgh"
+    schema = {"type": "object", "required": list(names), "properties": {k: {"type": "integer"} for k in names + "ij"}}
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
+    assert g.matches(json.dumps({k: 1 for k in reversed(names + "j")}))
+    assert not g.matches(json.dumps({k: 1 for k in names[1:]}))

@@ -186,7 +186,9 @@ class Converter:
             raise UnsupportedSchemaError("a $ref that recurses through allOf", "#" + ptr, "$ref")
         self._inlining.append(tptr)
         try:
-            return self.alternatives(target, tptr, tbase, inline=True)
+            found = self.alternatives(target, tptr, tbase, inline=True)
+            # anyOf/oneOf branches inside the target may be refs again: inline them too
+            return [x for a in found for x in (self._inline(a) if a[0] == "ref" else [a])]
         finally:
             self._inlining.pop()
 

@@ -4,12 +4,13 @@ Members are written ``key ws ":" ws value ws`` and separated by ``"," ws``. Know
 *tracked*: a rule per set of keys already written, so each appears at most once, in any order, and
 the object can only close once every required key is there. Tracking costs a rule per subset, so
 it is exact up to ``MAX_TRACKED`` keys; beyond that only the required keys are tracked (when there
-are at most ``MAX_TRACKED`` of them, else they must come in schema order) and the optional known
+are at most ``MAX_TRACKED_REQUIRED`` of them, else they must come in schema order) and the optional known
 keys become *free* members, which may then repeat (documented departure). Extra keys never spell a
 known key: the extra-key grammar is the complement of the known names (a trie complement).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from halter.schemas.converter import Converter
 
 MAX_TRACKED = 5
+MAX_TRACKED_REQUIRED = 8
+"""Required keys tracked (any order, 2^n rules) when there are more than MAX_TRACKED known keys."""
 
 
 @dataclass
@@ -97,7 +100,7 @@ class ObjectBuilder:
         names = list(props)
         if spec.ordered or len(names) > MAX_TRACKED:
             tracked = [n for n in names if n in required] if not spec.ordered else names
-            if len(tracked) > MAX_TRACKED and not spec.ordered:
+            if len(tracked) > MAX_TRACKED_REQUIRED and not spec.ordered:
                 return self._chain(spec, pairs, free, names, ordered_all=False)
             if spec.ordered:
                 return self._chain(spec, pairs, free, names, ordered_all=True)
@@ -209,6 +212,8 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
         additional = s["unevaluatedProperties"]
     if conv.closed_objects and "additionalProperties" not in s and not pattern_props:
         additional = False
+    if any(_matches_every_key(p) for p in pattern_props):
+        additional = False          # every key is a pattern property: additionalProperties never applies
     names = list(props_schema)
     if conv.prop_order:
         names.sort(key=lambda n: conv.prop_order.index(n) if n in conv.prop_order else len(conv.prop_order))
@@ -247,7 +252,9 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
             pat, psub = next(iter(pattern_props.items()))
             value = conv.visit(psub, f"{ptr}/patternProperties/{pointer_escape(pat)}", base)
             if value is not None:
-                extra.append((conv.strings.key_pattern(pat, strict_known, f"{ptr}/patternProperties"), value))
+                key = (key_complement(conv.js, known) if _matches_every_key(pat)
+                       else conv.strings.key_pattern(pat, strict_known, f"{ptr}/patternProperties"))
+                extra.append((key, value))
     elif additional is not False:
         value = conv.visit(additional, f"{ptr}/additionalProperties", base)
         if value is not None:
@@ -272,3 +279,17 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
                          "property counts are exact only for objects with few known properties")
         spec.min_props, spec.max_props = 0, None
         return ObjectBuilder(conv.js, conv.rules, conv.hint(ptr)).build(spec)
+
+
+def _matches_every_key(pattern: str) -> bool:
+    """Whether an unanchored ECMAScript ``pattern`` finds a match in every string.
+
+    True when it matches the empty string without anchors, lookaround or word boundaries (so it
+    matches at position 0 of any string), e.g. ``""``, ``".*"``, ``"a*"``.
+    """
+    if any(tok in pattern for tok in ("^", "$", "(?", "\\b", "\\B")):
+        return False
+    try:
+        return re.fullmatch(pattern, "") is not None
+    except re.error:
+        return False
