@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 MAX_TRACKED = 5
 MAX_TRACKED_REQUIRED = 8
+_KEY_RULE_NODES = 24
 """Required keys tracked (any order, 2^n rules) when there are more than MAX_TRACKED known keys."""
 
 
@@ -51,7 +52,10 @@ def key_complement(js: JsonText, names: list[str]) -> Expr:
             node = node.setdefault(ch, {})
         node[""] = {}
     rules = js.rules
-    any_rest = cat(Repeat(js.string_char(), 0, None), Literal('"'))
+    any_rest = rules.add("key-rest", cat(Repeat(js.string_char(), 0, None), Literal('"')))
+
+    def size(node: dict) -> int:
+        return 1 + sum(size(v) for v in node.values())
 
     def build(node: dict, depth: int, prefix: str) -> Expr:
         children = sorted(c for c in node if c)
@@ -73,7 +77,10 @@ def key_complement(js: JsonText, names: list[str]) -> Expr:
             leave = nxt
         opts.append(cat(js.encode_class(leave), any_rest))
         for c in children:
-            opts.append(cat(js.encode_text(c), build(node[c], depth + 1, prefix + c)))
+            sub = build(node[c], depth + 1, prefix + c)
+            if size(node[c]) > _KEY_RULE_NODES:      # keeps each rule's automaton small
+                sub = rules.add("key-other-part", sub)
+            opts.append(cat(js.encode_text(c), sub))
         return alt(*opts)
 
     return rules.add("key-other", cat(Literal('"'), build(trie, 0, "")))
