@@ -111,3 +111,28 @@ def test_many_required_keys_in_any_order():
     g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
     assert g.matches(json.dumps({k: 1 for k in reversed(names + "j")}))
     assert not g.matches(json.dumps({k: 1 for k in names[1:]}))
+
+
+@pytest.mark.parametrize("schema", [
+    {"oneOf": [{"type": "number"}, {"minimum": 2}]},
+    {"oneOf": [{"const": "a"}, {"type": "string"}]},
+    {"oneOf": [{"required": ["a"]}, {"required": ["b"]}], "type": "object"},
+    {"oneOf": [{"type": "string", "minLength": 2}, {"type": "string", "maxLength": 3}, {"type": "array"}]},
+], ids=lambda s: json.dumps(s)[:60])
+def test_overlapping_one_of_is_exact_when_branches_can_be_negated(schema):
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in CANDIDATES + [2, 3, 1.5, "abcd", "xy"]:
+        assert g.matches(json.dumps(value)) == validator.is_valid(value), value
+
+
+@pytest.mark.parametrize("schema", [
+    {"dependentRequired": {"bar": ["foo"]}},
+    {"dependentRequired": {"quux": ["foo", "bar"]}, "properties": {"foo": {"type": "integer"}}},
+], ids=lambda s: json.dumps(s)[:60])
+def test_dependent_required_keys_without_property_schemas(schema):
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in [{}, {"bar": 2}, {"foo": 1, "bar": 2}, {"quux": 1}, {"foo": 1, "bar": 1, "quux": 1},
+                  {"foo": "x", "bar": 1, "quux": 1}, {"zap": 1}]:
+        assert g.matches(json.dumps(value)) == validator.is_valid(value), value

@@ -29,6 +29,11 @@ from halter.schemas.scalars import integer_grammar, number_grammar, values_gramm
 from halter.schemas.strings import StringBuilder
 
 MAX_ALTERNATIVES = 64
+MAX_EXCLUSIVE = 6                # oneOf branches rewritten into exclusive alternatives
+
+
+class _TooMany(Exception):
+    """Raised instead of giving up when only probing whether an exact oneOf fits."""
 MAX_DEPTH = 40
 _DRAFTS = {"draft-04": "draft4", "draft-06": "draft6", "draft-07": "draft7", "2019-09": "draft2019",
            "2020-12": "draft2020"}
@@ -62,6 +67,7 @@ class Converter:
         self.ref_rules: dict[str, RuleRef] = {}
         self.warnings: list[str] = []
         self._inlining: list[str] = []
+        self._probing = 0
         cls = validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)
         self.validator = cls(self.schema)
 
@@ -148,8 +154,12 @@ class Converter:
                     union = []
                     for i, sub in enumerate(schema[key]):
                         union.extend(self.alternatives(sub, f"{ptr}/{key}/{i}", base, inline=False))
-                    if key == "oneOf":
-                        self._check_disjoint(schema[key], ptr)
+                    if key == "oneOf" and not self._disjoint(schema[key], ptr):
+                        exact = self._exclusive(schema[key], ptr, base)
+                        if exact is None:
+                            self._overlap(ptr)
+                        else:
+                            union = exact
                     conjuncts.append(union)
         # the product of the conjuncts, merged
         result: list[tuple] = [("dict", {}, ptr, base)]
@@ -167,6 +177,8 @@ class Converter:
                         nxt.append(("dict", m, o[2] if r[1] == {} else r[2], o[3] if r[1] == {} else r[3]))
             result = nxt
             if len(result) > MAX_ALTERNATIVES:
+                if self._probing:
+                    raise _TooMany()
                 self.unsupported("allOf", ptr, "too many combinations of anyOf/oneOf branches")
                 return [("dict", {}, ptr, base)]
         return result
@@ -192,35 +204,62 @@ class Converter:
         finally:
             self._inlining.pop()
 
-    def _check_disjoint(self, options: list, ptr: str) -> None:
-        """oneOf is treated as anyOf; that is exact when the branches cannot overlap."""
+    def _exclusive(self, options: list, ptr: str, base: str) -> list[tuple] | None:
+        """Exactly one branch: the union over i of (branch i and not any other branch).
+
+        None when a branch has no positive negation (see ``logic.negate``), there are more than
+        ``MAX_EXCLUSIVE`` branches, or the intersections make too many alternatives."""
+        if len(options) > MAX_EXCLUSIVE:
+            return None
+        negs = [logic.negate(o, lambda r: self._local_target(r, base, ptr), self.draft) for o in options]
+        if any(n is None for n in negs):
+            return None
+        out: list[tuple] = []
+        self._probing += 1
+        try:
+            for i, o in enumerate(options):
+                others = [n for j, n in enumerate(negs) if j != i]
+                out.extend(self.alternatives({"allOf": [o, *others]}, f"{ptr}/oneOf/{i}", base, inline=True))
+                if len(out) > MAX_ALTERNATIVES:
+                    return None
+        except (_TooMany, UnsupportedSchemaError):
+            return None
+        finally:
+            self._probing -= 1
+        return out
+
+    def _disjoint(self, options: list, ptr: str) -> bool:
+        """Whether the oneOf branches provably cannot overlap (types or constant values)."""
         kinds = []
         for o in options:
             if not isinstance(o, dict):
-                return self._overlap(ptr)
+                return False
             if "$ref" in o:
                 o = self.index.resolve(o["$ref"], DEFAULT_BASE, "#" + ptr)[0]
                 if not isinstance(o, dict):
-                    return self._overlap(ptr)
+                    return False
             t = merging.types_of(o)
             if "const" in o or "enum" in o:
                 kinds.append(("values", tuple(json.dumps(v, sort_keys=True) for v in ([o["const"]] if "const" in o else o["enum"]))))
             elif t is not None:
                 kinds.append(("types", frozenset("number" if x == "integer" else x for x in t)))
             else:
-                return self._overlap(ptr)
+                return False
         seen_types: set = set()
         seen_values: set = set()
+        value_types: set = set()
         for kind, val in kinds:
             if kind == "types":
-                if seen_types & val:
-                    return self._overlap(ptr)
+                if seen_types & val or value_types & val:
+                    return False
                 seen_types |= val
             else:
-                if seen_values & set(val):
-                    return self._overlap(ptr)
+                vtypes = {_json_type(json.loads(v)) for v in val}
+                if seen_values & set(val) or seen_types & vtypes:
+                    return False
                 seen_values |= set(val)
-        return None
+                value_types |= vtypes
+        return True
 
     def _overlap(self, ptr: str) -> None:
         self.unsupported("oneOf", ptr, "branches may overlap and exactly-one cannot be enforced "
@@ -296,6 +335,16 @@ class Converter:
             return self.validator.evolve(schema=schema).is_valid(value)
         except Exception:  # noqa: BLE001
             return True
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}[type(v)]
 
 
 def _meta_validate(schema: Any) -> None:

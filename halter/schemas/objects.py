@@ -235,9 +235,13 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
                 sub = merging._both(sub, psub)
         props[n] = conv.visit(sub, f"{ptr}/properties/{pointer_escape(n)}", base)
     required = [r for r in (s.get("required") or []) if isinstance(r, str)]
-    if any(r not in props_schema for r in required):
-        # required keys without a property schema: they take the extra-key rule
-        for r in required:
+    deps = {k: list(v) for k, v in (s.get("dependentRequired") or {}).items()}
+    deps.update({k: list(v) for k, v in (s.get("dependencies") or {}).items() if isinstance(v, list)})
+    # keys named by required/dependencies must be tracked even without a property schema
+    needed = list(dict.fromkeys(required + [n for k, v in deps.items() for n in [k, *v] if isinstance(n, str)]))
+    if any(r not in props_schema for r in needed):
+        # such keys without a property schema: they take the extra-key rule
+        for r in needed:
             if r not in props_schema and (prop_names is None or conv.valid(prop_names, r)):
                 sub = additional
                 for pat, psub in pattern_props.items():
@@ -249,7 +253,7 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
     # names whose value rule differs from what the extra-key route would allow: an extra key
     # must never spell them (names with an unconstrained rule may, harmlessly)
     strict_known = [n for n in known if props_schema.get(n, None) not in (True, {}, additional)
-                    or n in required]
+                    or n in needed]
     if pattern_props:
         if len(pattern_props) > 1 or additional is not False:
             # several patterns or patterns next to additional properties: approximate unless exact
@@ -271,8 +275,6 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
                 key = key_complement(conv.js, known)
             if key is not None:
                 extra.append((key, value))
-    deps = {k: list(v) for k, v in (s.get("dependentRequired") or {}).items()}
-    deps.update({k: list(v) for k, v in (s.get("dependencies") or {}).items() if isinstance(v, list)})
     spec = ObjectSpec(props=props, required=required, extra=extra,
                       min_props=int(s.get("minProperties", 0)), max_props=s.get("maxProperties"),
                       dependent_required=deps, ordered=bool(conv.prop_order))
