@@ -136,3 +136,14 @@ def test_dependent_required_keys_without_property_schemas(schema):
     for value in [{}, {"bar": 2}, {"foo": 1, "bar": 2}, {"quux": 1}, {"foo": 1, "bar": 1, "quux": 1},
                   {"foo": "x", "bar": 1, "quux": 1}, {"zap": 1}]:
         assert g.matches(json.dumps(value)) == validator.is_valid(value), value
+
+
+def test_dependencies_on_objects_with_many_properties():
+    props = {k: {"type": "string"} for k in ["order", "billTo", "billAddress", "shipTo", "shipAddress", "loyaltyId", "bonus"]}
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "properties": props, "additionalProperties": False,
+              "required": ["order"], "dependencies": {"shipTo": ["shipAddress"], "loyaltyId": ["bonus"]}}
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
+    validator = jsonschema.Draft4Validator(schema)
+    for value in [{"order": "1"}, {"order": "1", "shipTo": "x"}, {"shipAddress": "a", "order": "1", "shipTo": "x"},
+                  {"order": "1", "loyaltyId": "x", "billTo": "y"}, {"bonus": "b", "loyaltyId": "x", "order": "1"}]:
+        assert g.matches(json.dumps(value)) == validator.is_valid(value), value

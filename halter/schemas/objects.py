@@ -106,12 +106,13 @@ class ObjectBuilder:
         required = list(dict.fromkeys(spec.required))
         names = list(props)
         if spec.ordered or len(names) > MAX_TRACKED:
-            tracked = [n for n in names if n in required] if not spec.ordered else names
+            involved = {n for k, v in spec.dependent_required.items() for n in [k, *v]}
+            tracked = [n for n in names if n in required or n in involved] if not spec.ordered else names
             if len(tracked) > MAX_TRACKED_REQUIRED and not spec.ordered:
                 return self._chain(spec, pairs, free, names, ordered_all=False)
             if spec.ordered:
                 return self._chain(spec, pairs, free, names, ordered_all=True)
-            free = [pairs[n] for n in names if n not in required] + free
+            free = [pairs[n] for n in names if n not in tracked] + free
             count_exact = False
         else:
             tracked = names
@@ -278,7 +279,8 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
     spec = ObjectSpec(props=props, required=required, extra=extra,
                       min_props=int(s.get("minProperties", 0)), max_props=s.get("maxProperties"),
                       dependent_required=deps, ordered=bool(conv.prop_order))
-    if deps and (len(props) > MAX_TRACKED or spec.ordered):
+    involved = set(required) | {n for k, v in deps.items() for n in [k, *v]}
+    if deps and (spec.ordered or len(props) > MAX_TRACKED and len(involved & set(props)) > MAX_TRACKED_REQUIRED):
         conv.unsupported("dependentRequired", ptr, "only for objects with few properties")
         spec.dependent_required = {}
     try:
