@@ -18,7 +18,7 @@ from jsonschema import validators
 
 from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar.ast import Expr, Literal, RuleRef, alt, format_grammar
-from halter.schemas import logic
+from halter.schemas import logic, one_of
 from halter.schemas import merge as merging
 from halter.schemas.arrays import array_grammar
 from halter.schemas.json_text import NEVER, JsonText
@@ -29,11 +29,6 @@ from halter.schemas.scalars import integer_grammar, number_grammar, values_gramm
 from halter.schemas.strings import StringBuilder
 
 MAX_ALTERNATIVES = 64
-MAX_EXCLUSIVE = 6                # oneOf branches rewritten into exclusive alternatives
-
-
-class _TooMany(Exception):
-    """Raised instead of giving up when only probing whether an exact oneOf fits."""
 MAX_DEPTH = 40
 _DRAFTS = {"draft-04": "draft4", "draft-06": "draft6", "draft-07": "draft7", "2019-09": "draft2019",
            "2020-12": "draft2020"}
@@ -67,7 +62,8 @@ class Converter:
         self.ref_rules: dict[str, RuleRef] = {}
         self.warnings: list[str] = []
         self._inlining: list[str] = []
-        self._probing = 0
+        self.probing = 0
+        self.max_alternatives = MAX_ALTERNATIVES
         cls = validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)
         self.validator = cls(self.schema)
 
@@ -129,7 +125,7 @@ class Converter:
                 return [("ref", ref, base, ptr)]
         conjuncts: list[list[tuple]] = []
         own = {k: v for k, v in schema.items() if k not in ("allOf", "anyOf", "oneOf", "$ref")}
-        own, implied = logic.rewrite(own, lambda r: self._local_target(r, base, ptr), self.draft)
+        own, implied = logic.rewrite(own, lambda r: self.local_target(r, base, ptr), self.draft)
         if set(own) - merging.ANNOTATIONS or not (implied or any(k in schema for k in ("allOf", "anyOf", "oneOf", "$ref"))):
             conjuncts.append([("dict", own, ptr, base)])
         for sub in implied:
@@ -154,8 +150,8 @@ class Converter:
                     union = []
                     for i, sub in enumerate(schema[key]):
                         union.extend(self.alternatives(sub, f"{ptr}/{key}/{i}", base, inline=False))
-                    if key == "oneOf" and not self._disjoint(schema[key], ptr):
-                        exact = self._exclusive(schema[key], ptr, base)
+                    if key == "oneOf" and not one_of.disjoint(self, schema[key], ptr):
+                        exact = one_of.exclusive(self, schema[key], ptr, base)
                         if exact is None:
                             self._overlap(ptr)
                         else:
@@ -177,13 +173,13 @@ class Converter:
                         nxt.append(("dict", m, o[2] if r[1] == {} else r[2], o[3] if r[1] == {} else r[3]))
             result = nxt
             if len(result) > MAX_ALTERNATIVES:
-                if self._probing:
-                    raise _TooMany()
+                if self.probing:
+                    raise one_of.TooMany()
                 self.unsupported("allOf", ptr, "too many combinations of anyOf/oneOf branches")
                 return [("dict", {}, ptr, base)]
         return result
 
-    def _local_target(self, ref: str, base: str, ptr: str) -> Any:
+    def local_target(self, ref: str, base: str, ptr: str) -> Any:
         """The target of ``ref`` when it can be copied here (same base URI), else None."""
         try:
             target, tbase, _ = self.index.resolve(ref, base, "#" + ptr)
@@ -203,63 +199,6 @@ class Converter:
             return [x for a in found for x in (self._inline(a) if a[0] == "ref" else [a])]
         finally:
             self._inlining.pop()
-
-    def _exclusive(self, options: list, ptr: str, base: str) -> list[tuple] | None:
-        """Exactly one branch: the union over i of (branch i and not any other branch).
-
-        None when a branch has no positive negation (see ``logic.negate``), there are more than
-        ``MAX_EXCLUSIVE`` branches, or the intersections make too many alternatives."""
-        if len(options) > MAX_EXCLUSIVE:
-            return None
-        negs = [logic.negate(o, lambda r: self._local_target(r, base, ptr), self.draft) for o in options]
-        if any(n is None for n in negs):
-            return None
-        out: list[tuple] = []
-        self._probing += 1
-        try:
-            for i, o in enumerate(options):
-                others = [n for j, n in enumerate(negs) if j != i]
-                out.extend(self.alternatives({"allOf": [o, *others]}, f"{ptr}/oneOf/{i}", base, inline=True))
-                if len(out) > MAX_ALTERNATIVES:
-                    return None
-        except (_TooMany, UnsupportedSchemaError):
-            return None
-        finally:
-            self._probing -= 1
-        return out
-
-    def _disjoint(self, options: list, ptr: str) -> bool:
-        """Whether the oneOf branches provably cannot overlap (types or constant values)."""
-        kinds = []
-        for o in options:
-            if not isinstance(o, dict):
-                return False
-            if "$ref" in o:
-                o = self.index.resolve(o["$ref"], DEFAULT_BASE, "#" + ptr)[0]
-                if not isinstance(o, dict):
-                    return False
-            t = merging.types_of(o)
-            if "const" in o or "enum" in o:
-                kinds.append(("values", tuple(json.dumps(v, sort_keys=True) for v in ([o["const"]] if "const" in o else o["enum"]))))
-            elif t is not None:
-                kinds.append(("types", frozenset("number" if x == "integer" else x for x in t)))
-            else:
-                return False
-        seen_types: set = set()
-        seen_values: set = set()
-        value_types: set = set()
-        for kind, val in kinds:
-            if kind == "types":
-                if seen_types & val or value_types & val:
-                    return False
-                seen_types |= val
-            else:
-                vtypes = {_json_type(json.loads(v)) for v in val}
-                if seen_values & set(val) or seen_types & vtypes:
-                    return False
-                seen_values |= set(val)
-                value_types |= vtypes
-        return True
 
     def _overlap(self, ptr: str) -> None:
         self.unsupported("oneOf", ptr, "branches may overlap and exactly-one cannot be enforced "
@@ -335,16 +274,6 @@ class Converter:
             return self.validator.evolve(schema=schema).is_valid(value)
         except Exception:  # noqa: BLE001
             return True
-
-
-def _json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}[type(v)]
 
 
 def _meta_validate(schema: Any) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from halter.schemas.merge import ANNOTATIONS, types_of
+from halter.schemas.merge import ANNOTATIONS
 
 JSON_TYPES = ("null", "boolean", "object", "array", "string", "number")
 _MAX_REF_DEPTH = 8

@@ -97,7 +97,7 @@ class ObjectBuilder:
         return cat(key, ws, Literal(":"), ws, value, ws)
 
     def build(self, spec: ObjectSpec) -> Expr | None:
-        js, ws = self.js, self.js.ws()
+        js = self.js
         props = {k: v for k, v in spec.props.items() if v is not None}
         if any(r not in props for r in spec.required):
             return None                      # a required key that no value can satisfy
