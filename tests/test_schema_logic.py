@@ -147,3 +147,11 @@ def test_dependencies_on_objects_with_many_properties():
     for value in [{"order": "1"}, {"order": "1", "shipTo": "x"}, {"shipAddress": "a", "order": "1", "shipTo": "x"},
                   {"order": "1", "loyaltyId": "x", "billTo": "y"}, {"bonus": "b", "loyaltyId": "x", "order": "1"}]:
         assert g.matches(json.dumps(value)) == validator.is_valid(value), value
+
+
+def test_too_many_combinations_keep_the_conjuncts_merged_so_far():
+    many = {"anyOf": [{"const": i} for i in range(10)]}
+    schema = {"type": "integer", "minimum": 3, "allOf": [many, {"anyOf": [{"maximum": 100 + i} for i in range(10)]}]}
+    with pytest.warns(SchemaWarning, match="too many combinations"):
+        g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
+    assert g.matches("5") and not g.matches("2") and not g.matches('"x"')

@@ -171,12 +171,13 @@ class Converter:
                     m = merging.merge(r[1], o[1])
                     if m is not False:
                         nxt.append(("dict", m, o[2] if r[1] == {} else r[2], o[3] if r[1] == {} else r[3]))
-            result = nxt
-            if len(result) > MAX_ALTERNATIVES:
+            if len(nxt) > MAX_ALTERNATIVES:
                 if self.probing:
                     raise one_of.TooMany()
+                # the conjuncts merged so far accept a superset of all of them together
                 self.unsupported("allOf", ptr, "too many combinations of anyOf/oneOf branches")
-                return [("dict", {}, ptr, base)]
+                return result
+            result = nxt
         return result
 
     def local_target(self, ref: str, base: str, ptr: str) -> Any:
