@@ -155,3 +155,13 @@ def test_too_many_combinations_keep_the_conjuncts_merged_so_far():
     with pytest.warns(SchemaWarning, match="too many combinations"):
         g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
     assert g.matches("5") and not g.matches("2") and not g.matches('"x"')
+
+
+def test_idn_hostname_superset_keeps_valid_names_and_applies_contextual_rules():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = Grammar.from_gbnf(json_schema_to_gbnf({"type": "string", "format": "idn-hostname"}))
+    for name in ["실례.테스트", "xn--ihqwcrb4cv8a8dqg056pqjye", "l·l", "α͵β", "א׳ב", "क्\u200dष", "a。b", "a" * 63]:
+        assert g.matches(json.dumps(name)), name
+    for name in ["", "a..b", "-hello", "hello-", "a·l", "α͵S", "׳ב", "\u200dष", "\u0300hello", "a" * 64]:
+        assert not g.matches(json.dumps(name)), name

@@ -87,13 +87,53 @@ _UT_VARCHAR = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})"
 _UT_VARSPEC = rf"{_UT_VARCHAR}(?:\.?{_UT_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
 URI_TEMPLATE = rf"(?:{_UT_LITERAL}|\{{[+#./;?&=,!@|]?{_UT_VARSPEC}(?:,{_UT_VARSPEC})*\}})*"
 
-# a superset of IDNA2008 host names: dot-separated labels of letters, digits, hyphens (not first or
-# last) and non-ASCII characters, at most 63 characters each; the IDNA tables, contextual rules,
-# Bidi rules and A-label (punycode) validity are not checked
-_IDN_SEP = r"[.\u3002\uFF0E\uFF61]"
-_IDN_CHAR = r"[A-Za-z0-9\u0080-\u3001\u3003-\uD7FF\uE000-\uFF0D\uFF0F-\uFF60\uFF62-\u{10FFFF}]"
-_IDN_LABEL = rf"{_IDN_CHAR}(?:(?:{_IDN_CHAR}|-){{0,61}}{_IDN_CHAR})?"
-IDN_HOSTNAME = rf"{_IDN_LABEL}(?:{_IDN_SEP}{_IDN_LABEL})*"
+
+
+def _class(ranges: list[tuple[int, int]], negate: bool = False) -> str:
+    body = "".join(f"\\u{{{a:X}}}" + (f"-\\u{{{b:X}}}" if b != a else "") for a, b in ranges)
+    return f"[{'^' if negate else ''}{body}]"
+
+
+def _bmp_ranges(test) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for cp in range(0x80, 0x10000):
+        if test(chr(cp)):
+            if out and out[-1][1] == cp - 1:
+                out[-1] = (out[-1][0], cp)
+            else:
+                out.append((cp, cp))
+    return out
+
+
+def _idn_hostname() -> str:
+    """A superset of IDNA2008 host names (RFC 5890-5893).
+
+    Dot-separated labels (four dot characters) of letters, digits, hyphens (not first or last) and
+    non-ASCII characters, at most 63 of them per label; a label does not start with a combining
+    mark, and the contextual rules of RFC 5892 appendix A are applied for MIDDLE DOT (between two
+    'l'), Greek KERAIA (before a Greek letter), Hebrew GERESH/GERSHAYIM (after a Hebrew letter) and
+    ZERO WIDTH JOINER (after a virama). Not checked: the IDNA property tables, the KATAKANA MIDDLE
+    DOT, Arabic-Indic digit and ZWNJ rules, Bidi rules, A-label (punycode) validity, 253 in all.
+    """
+    import unicodedata
+    marks = _bmp_ranges(lambda c: unicodedata.category(c).startswith("M"))
+    viramas = _bmp_ranges(lambda c: unicodedata.combining(c) == 9)
+    special = [(0x2E, 0x2E), (0xB7, 0xB7), (0x375, 0x375), (0x5F3, 0x5F4), (0x200D, 0x200D),
+               (0x3002, 0x3002), (0xFF0E, 0xFF0E), (0xFF61, 0xFF61), (0xD800, 0xDFFF)]
+    plain = _class([(0, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7F)] + special, negate=True)
+    not_mark = _class([(0, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7F)] + special + marks, negate=True)
+    hebrew = r"[\u05D0-\u05EA\u05EF-\u05F2]"
+    greek = r"[\u0370-\u0373\u0376-\u03FF\u1F00-\u1FFF]"
+    virama = _class(viramas)
+    contextual = rf"l(?:\u00B7l)*|\u0375{greek}|{hebrew}[\u05F3\u05F4]*|{virama}\u200D"
+    first = rf"(?:{not_mark}|{contextual})"
+    unit = rf"(?:{plain}|{contextual})"
+    label = rf"{first}(?:(?:{unit}|-){{0,61}}{unit})?"
+    sep = r"[.\u3002\uFF0E\uFF61]"
+    return rf"{label}(?:{sep}{label})*"
+
+
+IDN_HOSTNAME = _idn_hostname()
 
 FORMATS: dict[str, str] = {
     "date": DATE, "time": TIME, "date-time": DATE_TIME, "duration": DURATION,
