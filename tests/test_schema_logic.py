@@ -59,7 +59,7 @@ def test_rewritten_keywords_are_exact(schema):
 def test_negate_gives_up_on_what_has_no_positive_form():
     resolve = lambda ref: None  # noqa: E731
     assert negate({"pattern": "^a"}, resolve, "draft2020") is None
-    assert negate({"type": "integer"}, resolve, "draft2020") is None
+    assert negate({"type": "integer", "multipleOf": 0.5}, resolve, "draft2020") is None
     assert negate({"enum": [[1]]}, resolve, "draft2020") is None
     assert negate({}, resolve, "draft2020") is False
     assert negate({"title": "x", "x-unknown": 1}, resolve, "draft2020") is False
@@ -115,6 +115,8 @@ def test_many_required_keys_in_any_order():
 
 @pytest.mark.parametrize("schema", [
     {"oneOf": [{"type": "number"}, {"minimum": 2}]},
+    {"oneOf": [{"type": "integer"}, {"type": ["number", "string"]}]},
+    {"not": {"type": "integer"}},
     {"oneOf": [{"const": "a"}, {"type": "string"}]},
     {"oneOf": [{"required": ["a"]}, {"required": ["b"]}], "type": "object"},
     {"oneOf": [{"type": "string", "minLength": 2}, {"type": "string", "maxLength": 3}, {"type": "array"}]},
@@ -165,3 +167,16 @@ def test_idn_hostname_superset_keeps_valid_names_and_applies_contextual_rules():
         assert g.matches(json.dumps(name)), name
     for name in ["", "a..b", "-hello", "hello-", "a·l", "α͵S", "׳ב", "\u200dष", "\u0300hello", "a" * 64]:
         assert not g.matches(json.dumps(name)), name
+
+
+@pytest.mark.parametrize("schema", [
+    {"contains": {"const": 1}, "maxContains": 1},
+    {"contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+    {"contains": {"const": 1}, "minContains": 0, "maxContains": 1},
+    {"items": {"type": "integer"}, "contains": {"minimum": 2}, "maxContains": 1},
+], ids=lambda s: json.dumps(s)[:60])
+def test_max_contains_counts_matches_among_non_matches(schema):
+    g = Grammar.from_gbnf(json_schema_to_gbnf({"type": "array", **schema}, strict=True))
+    validator = jsonschema.Draft202012Validator({"type": "array", **schema})
+    for value in [[], [1], [2], [1, 1], [1, 2], [2, 1, 1], [1, 1, 1], [1, 1, 1, 1], [3, 1, 2, 1], ["a", 1], [5, 5]]:
+        assert g.matches(json.dumps(value)) == validator.is_valid(value), value

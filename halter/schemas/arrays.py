@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from halter.grammar.ast import Expr, Literal, Repeat, RuleRef, alt
+from halter.schemas import logic
 from halter.schemas.json_text import cat
 
 if TYPE_CHECKING:
@@ -58,8 +59,16 @@ def array_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | Non
             if match is None:
                 return None
             return _containing(conv, cat(rest, ws), cat(match, ws), min_c)
+        elif k == 0 and hi is None and lo <= min_c and rest is not None and \
+                (other := logic.negate(s["contains"], lambda r: conv.local_target(r, base, ptr), conv.draft)) is not None:
+            match = conv.visit(s["contains"] if rest_schema is True else {"allOf": [rest_schema, s["contains"]]},
+                               f"{ptr}/contains", base)
+            non = conv.visit(other if rest_schema is True else {"allOf": [rest_schema, other]}, f"{ptr}/contains", base)
+            return _counted(conv, None if non is None else cat(non, ws), None if match is None else cat(match, ws),
+                            min_c, max_c)
         else:
-            conv.unsupported("contains", ptr, "exact only without prefixItems, maxContains and maxItems")
+            conv.unsupported("contains", ptr, "exact only without prefixItems and maxItems, and maxContains "
+                                              "only when the contains schema can be negated")
     if hi is not None and lo > hi:
         return None
     hint = conv.hint(ptr)
@@ -112,3 +121,24 @@ def _containing(conv: "Converter", item: Expr, match: Expr, m: int) -> Expr:
     if m == 0:
         return cat(js.tok("["), Repeat(cat(item, after), 0, 1), Literal("]"))
     return cat(js.tok("["), first, more, after, Literal("]"))
+
+
+def _counted(conv: "Converter", non: Expr | None, match: Expr | None, m: int, most: int | None) -> Expr | None:
+    """``[`` elements of which between ``m`` and ``most`` are ``match`` and the rest ``non`` ``]``.
+
+    ``match`` and ``non`` must be disjoint (an item and the negation of the contains schema)."""
+    js = conv.js
+    empty_ok = m == 0
+    if match is None or most == 0:
+        if m > 0:
+            return None
+        body = None if non is None else cat(non, Repeat(cat(js.tok(","), non), 0, None))
+        return cat(js.tok("["), Repeat(body, 0, 1) if body is not None else Literal(""), Literal("]"))
+    nons = Repeat(cat(js.tok(","), non), 0, None) if non is not None else Literal("")
+    first = alt(cat(non, nons, js.tok(","), match), match) if non is not None else match
+    more = Repeat(cat(js.tok(","), match, nons), max(m - 1, 0), None if most is None else most - 1)
+    body = cat(first, nons, more)
+    if empty_ok:
+        body = alt(body, cat(non, nons)) if non is not None else body
+        return cat(js.tok("["), Repeat(body, 0, 1), Literal("]"))
+    return cat(js.tok("["), body, Literal("]"))

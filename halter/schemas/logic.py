@@ -63,9 +63,10 @@ def _negate_keyword(k: str, v: Any, s: dict, resolve: Resolver, draft: str, dept
     old_bounds = draft == "draft4"
     if k == "type":
         types = {v} if isinstance(v, str) else set(v)
-        if "integer" in types and "number" not in types:
-            return None              # "a number that is not an integer" has no plain schema
         keep = [t for t in JSON_TYPES if t not in types and not (t == "number" and "integer" in types)]
+        if "integer" in types and "number" not in types:
+            # a number with a fraction (internal keyword; exponent spellings count as non-integers)
+            return _or([{"type": keep}, {"type": "number", "x-halter-fraction": True}])
         return {"type": keep} if keep else False
     if k == "not":
         return v

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from halter.errors import SchemaError
-from halter.grammar.ast import Expr, Literal, alt
+from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas import merge as merging
 from halter.schemas.json_text import cat
 from halter.schemas.numbers import (DivisibleBy, decimal_bounds, integer_bounds, integer_range,
@@ -28,6 +28,9 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
         values = [v for v in values if any(merging._canon(v) == merging._canon(e) for e in s["enum"])]
     excluded = set(s.get("x-halter-not-strings", ()))
     values = [v for v in values if not (isinstance(v, str) and v in excluded)]
+    if s.get("x-halter-fraction"):
+        values = [v for v in values if not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                            and float(v).is_integer())]
     check = conv.validator.evolve(schema=rest)
     kept = []
     for v in values:
@@ -75,6 +78,8 @@ def literal(conv: "Converter", v: Any) -> Expr:
 
 
 def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
+    if s.get("x-halter-fraction"):
+        return None                  # "not an integer" and an integer
     lo, hi = integer_bounds(s)
     mult = s.get("multipleOf")
     if mult is not None:
@@ -92,6 +97,10 @@ def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
 
 
 def number_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
+    if s.get("x-halter-fraction"):
+        if not set(s) & _NUMERIC:
+            return _fraction_number(conv)
+        conv.unsupported("not", ptr, "'not an integer' next to numeric bounds or multipleOf")
     if s.get("multipleOf") is not None:
         got = integer_grammar(conv, s, ptr) if merging._is_int(s["multipleOf"]) else None
         if got is not None:
@@ -101,3 +110,16 @@ def number_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
     if lo is None and hi is None:
         return conv.js.number()
     return number_range(lo, ls, hi, hs)
+
+
+_NUMERIC = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+
+
+def _fraction_number(conv: "Converter") -> Expr:
+    """A JSON number that is not an integer: a non-zero fraction digit, or exponent notation
+    (which halter's integer grammar never accepts, so the two stay complementary)."""
+    js = conv.js
+    digits = Repeat(CharClass(((0x30, 0x39),)), 0, None)
+    frac = cat(Literal("."), digits, CharClass(((0x31, 0x39),)), digits, Repeat(js.exponent(), 0, 1))
+    expo = cat(Repeat(js.fraction(), 0, 1), js.exponent())
+    return conv.rules.fixed("json-fraction-number", cat(Repeat(Literal("-"), 0, 1), js.uint(), alt(frac, expo)))
