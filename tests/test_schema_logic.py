@@ -180,3 +180,21 @@ def test_max_contains_counts_matches_among_non_matches(schema):
     validator = jsonschema.Draft202012Validator({"type": "array", **schema})
     for value in [[], [1], [2], [1, 1], [1, 2], [2, 1, 1], [1, 1, 1], [1, 1, 1, 1], [3, 1, 2, 1], ["a", 1], [5, 5]]:
         assert g.matches(json.dumps(value)) == validator.is_valid(value), value
+
+
+@pytest.mark.parametrize("schema", SCHEMAS + [
+    {"oneOf": [{"type": "number"}, {"minimum": 2}]},
+    {"oneOf": [{"required": ["a"]}, {"required": ["b"]}], "type": "object"},
+    {"type": "array", "contains": {"const": 1}, "minContains": 1, "maxContains": 2},
+], ids=lambda s: json.dumps(s)[:60])
+def test_random_texts_of_rewritten_grammars_are_valid(schema):
+    import random
+
+    from halter.grammar.random_text import random_text
+    from halter.schemas import schema_to_rules
+    rules = schema_to_rules(schema, strict=True)
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(7)
+    for _ in range(30):
+        text = random_text(rules, "root", rng)
+        assert validator.is_valid(json.loads(text)), text
