@@ -94,7 +94,7 @@ def compile_grammar(schema, strict: bool):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=strict)), None
+            return Grammar.from_json_schema(schema, strict=strict), None
     except _Timeout:
         return None, "timeout"
     except Exception as e:  # noqa: BLE001 - the bench counts every failure

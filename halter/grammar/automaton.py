@@ -77,43 +77,54 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
                     stack.append(t)
         return frozenset(out)
 
+    # per NFA state: its byte edges as class intervals, its calls and its token refs
+    byte_edges: list[list[tuple[int, int, int]]] = []
+    call_edges: list[list[tuple[int, int]]] = []
+    tok_edges: list[list[tuple[int, int]]] = []
+    for edges in nfa.edges:
+        byte_edges.append([(class_of[lb[0]], class_of[lb[1]] + 1, t) for k, lb, t in edges if k == BYTES])
+        call_edges.append([(lb, t) for k, lb, t in edges if k == CALL])
+        tok_edges.append([(lb, t) for k, lb, t in edges if k == TOKEN])
+
     start = eclose([s])
     ids = {start: 0}
     order = [start]
     accepting, byte_next, calls, tokens = [], [], [], []
+
+    def target(states) -> int:
+        key = frozenset(states)
+        sub = closure_cache.get(key)
+        if sub is None:
+            sub = closure_cache[key] = eclose(key)
+        dfa_id = ids.get(sub)
+        if dfa_id is None:
+            if len(order) >= MAX_DFA_STATES:
+                raise GrammarError(f"rule '{name}' is too complex: its automaton exceeds "
+                                   f"{MAX_DFA_STATES} states; split it into smaller rules")
+            dfa_id = ids[sub] = len(order)
+            order.append(sub)
+        return dfa_id
+
     i = 0
     while i < len(order):
         subset = order[i]
         i += 1
-        by_class: dict[int, set[int]] = {}
+        intervals = [iv for q in subset for iv in byte_edges[q]]
+        row = [-1] * n_classes
+        if intervals:
+            # classes between consecutive interval ends share one target set: one lookup per segment
+            cuts = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
+            for lo, hi in zip(cuts, cuts[1:]):
+                ts = {t for a, b, t in intervals if a <= lo and hi <= b}
+                if ts:
+                    row[lo:hi] = [target(ts)] * (hi - lo)
         by_call: dict[int, set[int]] = {}
         by_tok: dict[int, set[int]] = {}
         for q in subset:
-            for kind, label, t in nfa.edges[q]:
-                if kind == BYTES:
-                    for c in range(class_of[label[0]], class_of[label[1]] + 1):
-                        by_class.setdefault(c, set()).add(t)
-                elif kind == CALL:
-                    by_call.setdefault(label, set()).add(t)
-                elif kind == TOKEN:
-                    by_tok.setdefault(label, set()).add(t)
-
-        def target(states: set[int]) -> int:
-            key = frozenset(states)
-            if key not in closure_cache:
-                closure_cache[key] = eclose(states)
-            sub = closure_cache[key]
-            if sub not in ids:
-                if len(order) >= MAX_DFA_STATES:
-                    raise GrammarError(f"rule '{name}' is too complex: its automaton exceeds "
-                                       f"{MAX_DFA_STATES} states; split it into smaller rules")
-                ids[sub] = len(order)
-                order.append(sub)
-            return ids[sub]
-
-        row = [-1] * n_classes
-        for c, ts in by_class.items():
-            row[c] = target(ts)
+            for r, t in call_edges[q]:
+                by_call.setdefault(r, set()).add(t)
+            for k, t in tok_edges[q]:
+                by_tok.setdefault(k, set()).add(t)
         accepting.append(e in subset)
         byte_next.append(row)
         calls.append(sorted((r, target(ts)) for r, ts in by_call.items()))
@@ -127,16 +138,18 @@ def _minimize(acc, byte_next, calls, tokens):
     table = np.asarray(byte_next, dtype=np.int64).reshape(n, -1)
     block = np.asarray(acc, dtype=np.int64)
     n_blocks = len(np.unique(block))
-    has_extra = any(calls) or any(tokens)
+    with_extra = [q for q in range(n) if calls[q] or tokens[q]]     # states with call/token edges
+    extra_col = np.zeros(n, dtype=np.int64)
     while True:
         mapped = np.where(table >= 0, block[np.maximum(table, 0)], -1)
         cols = [block[:, None], mapped]
-        if has_extra:
+        if with_extra:
+            blk = block.tolist()
             extra: dict[tuple, int] = {}
-            ids = [extra.setdefault((tuple((r, int(block[t])) for r, t in calls[q]),
-                                     tuple((k, int(block[t])) for k, t in tokens[q])), len(extra))
-                   for q in range(n)]
-            cols.append(np.asarray(ids, dtype=np.int64)[:, None])
+            for q in with_extra:
+                extra_col[q] = extra.setdefault((tuple((r, blk[t]) for r, t in calls[q]),
+                                                 tuple((k, blk[t]) for k, t in tokens[q])), len(extra) + 1)
+            cols.append(extra_col[:, None])
         rows = np.ascontiguousarray(np.hstack(cols), dtype=np.int32)
         keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
         _, new = np.unique(keys, return_inverse=True)

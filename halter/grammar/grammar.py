@@ -55,9 +55,36 @@ class Grammar:
 
     @classmethod
     def from_json_schema(cls, schema: Any, **options: Any) -> "Grammar":
-        """A grammar accepting exactly the JSON texts valid under ``schema`` (see ``json_schema_to_gbnf``)."""
-        from halter.schemas import json_schema_to_gbnf
-        return cls.from_gbnf(json_schema_to_gbnf(schema, **options))
+        """A grammar accepting exactly the JSON texts valid under ``schema`` (see ``json_schema_to_gbnf``).
+
+        The converter's syntax trees are used directly (no GBNF text round trip), and the built
+        grammar is cached on disk by the schema's canonical JSON and the options; warnings the
+        converter raised are raised again on a cache hit.
+        """
+        import json
+        import warnings
+
+        from halter.schemas import schema_to_rules
+        try:
+            key = "json-schema\0" + json.dumps([schema if not isinstance(schema, str) else json.loads(schema),
+                                                 options], sort_keys=True) + "\0" + _converter_version()
+        except (TypeError, ValueError):
+            key = None
+        cached = _load_cached(key, "root") if key is not None else None
+        if cached is not None:
+            rules, automata, caught = cached
+            for message, category in caught:
+                warnings.warn(message, category, stacklevel=2)
+            return cls(rules, "root", _automata=automata)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rules = schema_to_rules(schema, **options)
+        for w in caught:
+            warnings.warn(w.message, w.category, stacklevel=2)
+        grammar = cls(rules, "root")
+        if key is not None:
+            _store_cached(key, "root", grammar, [(str(w.message), w.category) for w in caught], force=True)
+        return grammar
 
     @classmethod
     def from_regex(cls, pattern: str, **options: Any) -> "Grammar":
@@ -103,7 +130,10 @@ class Grammar:
 
     # -- presentation ------------------------------------------------------------------------
     def __str__(self) -> str:
-        return format_grammar(self.rules)
+        text = self.__dict__.get("_text_cache")
+        if text is None:
+            text = self.__dict__["_text_cache"] = format_grammar(self.rules)
+        return text
 
     def __repr__(self) -> str:
         return (f"<Grammar root={self.root!r} rules={len(self.rules)} "
@@ -123,27 +153,46 @@ def _cache_path(text: str, root: str):
 
 
 def _load_cached(text: str, root: str):
+    """(rules, automata, extra) stored under ``text`` (a grammar source or a schema key), or None."""
     import pickle
     path = _cache_path(text, root)
     try:
         with open(path, "rb") as f:
-            rules, automata = pickle.load(f)
-        return rules, automata
+            rules, automata, extra = pickle.load(f)
+        return rules, automata, extra
     except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError, TypeError):
         return None
 
 
-def _store_cached(text: str, root: str, grammar: Grammar) -> None:
+def _store_cached(text: str, root: str, grammar: Grammar, extra: object = None, force: bool = False) -> None:
     import os
     import pickle
-    if len(text) < 2000:          # small grammars build faster than a file is read
+    if len(text) < 2000 and not force:          # small grammars build faster than a file is read
         return
     path = _cache_path(text, root)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         with open(tmp, "wb") as f:
-            pickle.dump((grammar.rules, grammar._automata), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump((grammar.rules, grammar._automata, extra), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def _converter_version() -> str:
+    """A hash of the schema converter's source, so its cached output is dropped when it changes."""
+    global _CONVERTER_VERSION
+    if _CONVERTER_VERSION is None:
+        import hashlib
+        from pathlib import Path
+
+        import halter.schemas
+        h = hashlib.sha256()
+        for path in sorted(Path(halter.schemas.__file__).parent.glob("*.py")):
+            h.update(path.read_bytes())
+        _CONVERTER_VERSION = h.hexdigest()[:16]
+    return _CONVERTER_VERSION
+
+
+_CONVERTER_VERSION: str | None = None
