@@ -29,7 +29,6 @@ import warnings
 from pathlib import Path
 
 from halter.grammar import Grammar
-from halter.schemas import json_schema_to_gbnf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "schema"
 TIME_LIMIT_S = 10

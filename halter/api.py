@@ -175,7 +175,7 @@ def resolve_constraint(model: Any, *, grammar: Any = None, json_schema: Any = No
 
 def _build(model: Any, kind: str, spec: Any, opts: dict[str, Any]) -> Constraint:
     from halter.grammar import Grammar
-    from halter.schemas import json_schema_to_gbnf, regex_to_gbnf
+    from halter.schemas import regex_to_gbnf
 
     parse: Callable[[str], Any] = lambda text: text  # noqa: E731
     if kind == "grammar":
@@ -188,7 +188,7 @@ def _build(model: Any, kind: str, spec: Any, opts: dict[str, Any]) -> Constraint
             opts = {"closed_objects": True, **opts}
         else:
             parse = _json_parser(spec)
-        g = Grammar.from_gbnf(json_schema_to_gbnf(spec, **opts))
+        g = Grammar.from_json_schema(spec, **opts)
     return Constraint(g.compile(model.vocab), parse)
 
 
