@@ -12,7 +12,7 @@ from halter.engine.pretokenize import PRE_TYPES, Pretokenizer
 from halter.engine.tokenizer import Tokenizer
 from halter.errors import ModelLoadError
 from halter.grammar.vocab import gpt2_byte_encoder
-from tests.gguf_files import write_vocab_gguf
+from tests.gguf_files import read_test_vectors, write_vocab_gguf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 VOCAB_DIR = SHARED / "vocab"
@@ -32,20 +32,7 @@ def shared_tokenizer(name: str) -> Tokenizer:
 
 
 def read_vectors(name: str) -> list[tuple[str, list[int]]]:
-    """As llama.cpp's test-tokenizer-0: texts separated by "\\n__ggml_vocab_test__\\n", one id line each."""
-    raw = (VOCAB_DIR / f"ggml-vocab-{name}.gguf.inp").read_bytes().decode("utf-8")
-    sep = "\n__ggml_vocab_test__\n"
-    texts, pos = [], 0
-    while pos < len(raw):
-        nxt = raw.find(sep, pos)
-        if nxt < 0:
-            texts.append(raw[pos:])
-            break
-        texts.append(raw[pos:nxt])
-        pos = nxt + len(sep)
-    lines = (VOCAB_DIR / f"ggml-vocab-{name}.gguf.out").read_text(encoding="utf-8").split("\n")
-    assert len(lines) >= len(texts)
-    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
+    return read_test_vectors(VOCAB_DIR, name)
 
 
 @pytest.mark.parametrize("name", WITH_VECTORS or [pytest.param("none", marks=pytest.mark.skip(

@@ -11,7 +11,7 @@ import pytest
 
 from halter.errors import ModelLoadError
 from halter.grammar.vocab import Vocabulary, gpt2_byte_encoder, read_gguf_metadata
-from tests.gguf_files import write_vocab_gguf
+from tests.gguf_files import read_test_vectors, write_vocab_gguf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 VOCAB_DIR = SHARED / "vocab"
@@ -30,23 +30,7 @@ def shared_vocab(name: str) -> Vocabulary:
 
 
 def read_vectors(name: str) -> list[tuple[str, list[int]]]:
-    """llama.cpp's tokenizer test vectors: texts split on the separator line, one id line each."""
-    inp = VOCAB_DIR / f"ggml-vocab-{name}.gguf.inp"
-    out = VOCAB_DIR / f"ggml-vocab-{name}.gguf.out"
-    if not (inp.is_file() and out.is_file()):
-        pytest.skip(f"test vectors for {name} are absent")
-    raw = inp.read_bytes().decode("utf-8")
-    sep = "\n__ggml_vocab_test__\n"
-    texts, pos = [], 0
-    while pos < len(raw):
-        nxt = raw.find(sep, pos)
-        if nxt < 0:
-            texts.append(raw[pos:])
-            break
-        texts.append(raw[pos:nxt])
-        pos = nxt + len(sep)
-    lines = out.read_text(encoding="utf-8").split("\n")[:len(texts)]
-    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
+    return read_test_vectors(VOCAB_DIR, name)
 
 
 # ------------------------------------------------------------------ real vocabularies
