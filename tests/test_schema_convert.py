@@ -180,3 +180,9 @@ def test_unchecked_format_is_strict_error():
     with pytest.raises(UnsupportedSchemaError, match="idn-hostname"):
         json_schema_to_gbnf({"type": "string", "format": "idn-hostname"}, strict=True)
     assert json_schema_to_gbnf({"type": "string", "format": "my-own-format"})   # unknown: annotation
+
+
+def test_integer_valued_float_counts_are_counts():
+    """JSON Schema counts may be written as 1.0 (an integer by the spec's number model)."""
+    g = Grammar.from_json_schema({"maxProperties": 1.0, "minItems": 0.0})
+    assert g.matches("{}") and g.matches('{"a": 1}') and not g.matches('{"a": 1, "b": 2}')

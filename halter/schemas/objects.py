@@ -277,7 +277,8 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
             if key is not None:
                 extra.append((key, value))
     spec = ObjectSpec(props=props, required=required, extra=extra,
-                      min_props=int(s.get("minProperties", 0)), max_props=s.get("maxProperties"),
+                      min_props=int(s.get("minProperties", 0)),
+                      max_props=None if s.get("maxProperties") is None else int(s["maxProperties"]),
                       dependent_required=deps, ordered=bool(conv.prop_order))
     involved = set(required) | {n for k, v in deps.items() for n in [k, *v]}
     if deps and (spec.ordered or len(props) > MAX_TRACKED and len(involved & set(props)) > MAX_TRACKED_REQUIRED):
