@@ -70,10 +70,12 @@ class TransitionTable:
 
 
 def walk_trie_batch(tt: TransitionTable, trie: TokenTrie, starts: list[Node]):
-    """``walk_trie`` for many start states at once, sharing the per-level work.
+    """Walk every token from each of ``starts`` (opaque nodes), all in one batch per trie level.
 
     Returns ``(ok_start, ok_row)`` pairs (row ``ok_row[i]`` can be read from ``starts[ok_start[i]]``)
-    and ``(esc_start, esc_node)`` pairs (escape points, as in ``walk_trie``), sorted by start.
+    and ``(esc_start, esc_node)`` pairs, sorted by start: escape points, trie nodes (with children)
+    where the start position's rule has just ended, so that longer tokens below them depend on the
+    caller.
     """
     for node in starts:
         tt.register(node)
