@@ -6,7 +6,7 @@ Code points are plain ints; character classes are sorted, merged, inclusive rang
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Union
+from typing import Any, Callable, Iterable, Union
 
 MAX_CODE_POINT = 0x10FFFF
 
@@ -137,16 +137,21 @@ def rule_refs(expr: Expr) -> Iterable[RuleRef]:
         yield from rule_refs(expr.expr)
 
 
-def has_token_refs(expr: Expr) -> bool:
-    if isinstance(expr, TokenRef):
+def contains(expr: Any, pred: Callable[[Any], bool]) -> bool:
+    """Does ``expr`` or any sub-expression satisfy ``pred``? (Leaves other than these nodes too.)"""
+    if pred(expr):
         return True
     if isinstance(expr, Seq):
-        return any(has_token_refs(i) for i in expr.items)
+        return any(contains(i, pred) for i in expr.items)
     if isinstance(expr, Alt):
-        return any(has_token_refs(i) for i in expr.options)
+        return any(contains(i, pred) for i in expr.options)
     if isinstance(expr, Repeat):
-        return has_token_refs(expr.expr)
+        return contains(expr.expr, pred)
     return False
+
+
+def has_token_refs(expr: Expr) -> bool:
+    return contains(expr, lambda e: isinstance(e, TokenRef))
 
 
 # ---------------------------------------------------------------------------------------------

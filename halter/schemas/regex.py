@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from halter.errors import SchemaError, UnsupportedSchemaError
-from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, alt,
+from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, alt, contains,
                                 format_grammar, merge_ranges, seq)
 
 
@@ -371,15 +371,7 @@ def _nullable_pair(expr: Expr) -> bool:
 
 
 def _has_anchor(expr) -> bool:
-    if isinstance(expr, Anchor):
-        return True
-    if isinstance(expr, (Seq,)):
-        return any(_has_anchor(i) for i in expr.items)
-    if isinstance(expr, Alt):
-        return any(_has_anchor(i) for i in expr.options)
-    if isinstance(expr, Repeat):
-        return _has_anchor(expr.expr)
-    return False
+    return contains(expr, lambda e: isinstance(e, Anchor))
 
 
 def regex_to_expr(pattern: str, *, anchored: bool = True, any_char: Expr | None = None,
