@@ -10,7 +10,7 @@ need the network (halter never fetches), a schema that accepts no value (an erro
 10 s limit, or anything else. They stay in the denominator; the table also gives the figure with
 the network-only schemas left out, labelled as such. Grammars are built with an empty on-disk
 grammar cache (a fresh ``HALTER_CACHE_DIR``), so the time limit measures real building. Run:
-``python bench/schema_bench.py [--limit N] [--only jsts|jsb] [-v]``.
+``python bench/schema_bench.py [--limit N] [--only jsts|jsb] [--match TEXT] [-v]``.
 
 Formats are asserted (as in the suite's optional/format tests), so the few format.json tests
 saying an invalid format is "only an annotation by default" are left out.
@@ -195,6 +195,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["jsts", "jsb"])
     ap.add_argument("--limit", type=int, default=0, help="first N schemas per run (0 = all)")
+    ap.add_argument("--match", default="", help="only cases whose id (file#group) contains this text")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each failure to stderr")
     args = ap.parse_args()
     if not SHARED.exists():
@@ -202,6 +203,8 @@ def main() -> None:
     # an empty grammar cache, so that the 10 s limit measures building, not reading a cache file
     os.environ["HALTER_CACHE_DIR"] = tempfile.mkdtemp(prefix="halter-schema-bench-")
     cases = load(args.only)
+    if args.match:
+        cases = [c for c in cases if args.match in str(c["id"])]
     if args.limit:
         cases = cases[:args.limit]
     print(report(run(cases, args.verbose)))
