@@ -121,7 +121,7 @@ def test_schema_is_not_mutated():
     ("not", {"not": {"pattern": "^a"}}),
     ("if", {"if": {"pattern": "^a"}, "then": {"minLength": 2}}),
     ("contains", {"type": "array", "contains": {"pattern": "^a"}, "maxContains": 2}),
-    ("multipleOf", {"type": "number", "multipleOf": 0.3}),
+    ("multipleOf", {"type": "number", "multipleOf": 0.123456789}),
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(keyword, schema):
     wrapped = {"type": "object", "properties": {"p": schema}}

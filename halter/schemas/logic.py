@@ -5,9 +5,12 @@ down to single keywords (``not (A and B)`` = ``not A or not B``) whose negation 
 schema: ``type``, bounds, lengths, counts, ``required``, ``properties``, ``items``/``contains``,
 ``enum``/``const`` of scalars (strings via the internal ``x-halter-not-strings`` keyword, which the
 string builder turns into a trie complement), ``anyOf``/``allOf``/``not`` and local ``$ref``s.
-``negate`` returns None when some keyword has no such negation (``pattern``, ``format``,
-``multipleOf``, ``uniqueItems``, non-scalar values, ...); the converter then reports ``not`` as
-unsupported. ``if``/``then``/``else`` becomes ``anyOf[allOf[if, then], allOf[not if, else]]`` and
+``type: integer`` is negated into "a number with a non-zero fraction" (internal
+``x-halter-fraction``) and ``multipleOf: d`` into "a number that is not a multiple of d"
+(``x-halter-not-multiples``); the number builder turns both into digit automata
+(``decimal_dfa``), exact next to bounds. ``negate`` returns None when some keyword has no such
+negation (``pattern``, ``format``, ``uniqueItems``, non-scalar values, ...); the converter then
+reports ``not`` as unsupported. ``if``/``then``/``else`` becomes ``anyOf[allOf[if, then], allOf[not if, else]]`` and
 each ``dependentSchemas`` entry ``anyOf[{properties: {k: false}}, allOf[{required: [k]}, S]]``.
 """
 from __future__ import annotations
@@ -84,6 +87,8 @@ def _negate_keyword(k: str, v: Any, s: dict, resolve: Resolver, draft: str, dept
         if k.startswith("min") and v <= 0:
             return False
         return {"type": kind, other: v + step}
+    if k == "multipleOf" and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return {"type": "number", "x-halter-not-multiples": [v]}
     if k in _BOUNDS and not old_bounds and not isinstance(v, bool):
         return {"type": "number", _BOUNDS[k]: v}
     if k == "properties" and isinstance(v, dict):

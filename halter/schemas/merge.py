@@ -105,8 +105,8 @@ def merge(a: dict, b: dict) -> dict | bool:
             out[k] = x
         elif k in ("properties", "patternProperties", "dependentRequired"):
             continue   # handled below
-        elif k == "x-halter-not-strings":
-            out[k] = list(dict.fromkeys(list(x) + list(y)))
+        elif k in ("x-halter-not-strings", "x-halter-not-multiples", "x-halter-multiples"):
+            out[k] = list(dict.fromkeys([*out.get(k, []), *x, *y]))
         elif k in ("uniqueItems",):
             out[k] = x or y
         elif x == y:
@@ -120,6 +120,11 @@ def merge(a: dict, b: dict) -> dict | bool:
                             y[i] if i < len(y) else b.get(rest_key, True)) for i in range(n)]
         elif k == "multipleOf" and _is_int(x) and _is_int(y):
             out[k] = x * y // math.gcd(int(x), int(y))
+        elif k == "multipleOf":          # decimal divisors: both apply (the converter intersects)
+            out[k] = x
+            out["x-halter-multiples"] = list(dict.fromkeys([*out.get("x-halter-multiples", []),
+                                                            *a.get("x-halter-multiples", []),
+                                                            *b.get("x-halter-multiples", []), y]))
         elif k == "pattern":
             out[k] = x
             out["x-halter-patterns"] = [*a.get("x-halter-patterns", []), *b.get("x-halter-patterns", []), y]

@@ -8,11 +8,9 @@ accepted in exponent notation (documented departure), except when the only bound
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
-from halter.grammar.ast import CharClass, Expr, Literal, Repeat, RuleRef, alt
+from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas.json_text import DIGIT, NONZERO, cat, digit_class, fixed_width_range
 
 ZERO_FRACTION = Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1)
@@ -200,6 +198,8 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
         neg = _nonneg_range(n_lo, n_strict, None if lo is None else -lo, lo_strict)
         if neg is not None:
             parts.append(cat(Literal("-"), neg))
+    elif lo == 0 and not lo_strict:
+        parts.append(cat(Literal("-0"), ZERO_FRACTION))     # -0 is 0
     return alt(*parts) if parts else None
 
 
@@ -247,60 +247,3 @@ def decimal_bounds(schema: dict) -> tuple[Decimal | None, bool, Decimal | None, 
 
 def _num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-MAX_DIVISOR = 64
-MAX_ENUMERATED = 256
-
-
-def multiple_of_integer(k: Any, lo: int | None, hi: int | None) -> "Expr | DivisibleBy | None | bool":
-    """Integers that are multiples of the integer ``k`` within lo..hi; False when not expressible.
-
-    Unbounded: a divisibility automaton over the decimal digits (``k`` states, ``k`` <= 64).
-    Bounded: the multiples are listed when there are at most 256 of them.
-    """
-    if isinstance(k, float) and k.is_integer():
-        k = int(k)
-    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
-        return False
-    if lo is not None and hi is not None:
-        first = -(-lo // k) * k
-        values = list(range(first, hi + 1, k))
-        if len(values) > MAX_ENUMERATED:
-            return False
-        return alt(*(integer_range(v, v) for v in values)) if values else None
-    if lo is not None or hi is not None or k > MAX_DIVISOR:
-        return False
-    if k == 1:
-        return cat(Repeat(Literal("-"), 0, 1), alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None))), ZERO_FRACTION)
-    return divisibility_grammar(k)
-
-
-@dataclass(frozen=True)
-class DivisibleBy:
-    """Decimal integers divisible by ``k``: helper ``rules`` (``mod{k}-r``) and the ``expr``."""
-    k: int
-    rules: dict
-    expr: Expr
-
-
-def divisibility_grammar(k: int) -> DivisibleBy:
-    """A right-linear grammar whose state ``mod{k}-r`` means "the digits so far are r mod k"."""
-    rules = {}
-    for r in range(k):
-        targets: dict[int, list[int]] = {}
-        for d in range(10):
-            targets.setdefault((10 * r + d) % k, []).append(d)
-        opts = [cat(_digit_set(ds), RuleRef(f"mod{k}-{t}")) for t, ds in targets.items()]
-        if r == 0:
-            opts.append(Literal(""))
-        rules[f"mod{k}-{r}"] = alt(*opts)
-    first: dict[int, list[int]] = {}
-    for d in range(1, 10):
-        first.setdefault(d % k, []).append(d)
-    start = alt(*(cat(_digit_set(ds), RuleRef(f"mod{k}-{t}")) for t, ds in first.items()))
-    return DivisibleBy(k, rules, cat(Repeat(Literal("-"), 0, 1), alt(Literal("0"), start), ZERO_FRACTION))
-
-
-def _digit_set(ds: list[int]) -> Expr:
-    return CharClass(tuple((0x30 + d, 0x30 + d) for d in ds)) if len(ds) > 1 else Literal(str(ds[0]))

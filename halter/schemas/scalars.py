@@ -6,6 +6,8 @@ Each function takes the ``Converter`` (for its rules, JSON text helpers and the 
 from __future__ import annotations
 
 import json
+import math
+from fractions import Fraction as Ratio
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +15,9 @@ from halter.errors import SchemaError
 from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas import merge as merging
 from halter.schemas.json_text import cat
-from halter.schemas.numbers import (DivisibleBy, decimal_bounds, integer_bounds, integer_range,
-                                     multiple_of_integer, number_range)
+from halter.schemas.decimal_dfa import Fraction, TooLarge, intersect, multiple_factor
+from halter.schemas.json_text import DIGIT, NONZERO
+from halter.schemas.numbers import ZERO_FRACTION, decimal_bounds, integer_bounds, integer_range, number_range
 
 if TYPE_CHECKING:
     from halter.schemas.converter import Converter
@@ -31,6 +34,10 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
     if s.get("x-halter-fraction"):
         values = [v for v in values if not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                             and float(v).is_integer())]
+    for d in s.get("x-halter-multiples", ()):
+        values = [v for v in values if _is_multiple(v, d)]
+    for d in s.get("x-halter-not-multiples", ()):
+        values = [v for v in values if not _is_multiple(v, d)]
     check = conv.validator.evolve(schema=rest)
     kept = []
     for v in values:
@@ -42,6 +49,15 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
             kept.append(v)
     opts = [literal(conv, v) for v in kept]
     return conv.rules.add(conv.hint(ptr), alt(*opts)) if opts else None
+
+
+def _is_multiple(v: Any, d: Any) -> bool:
+    """Whether the JSON value ``v`` is a number and an exact multiple of ``d`` (decimal arithmetic)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if isinstance(v, float) and not math.isfinite(v):
+        return False
+    return (Ratio(repr(v)) / Ratio(repr(d))).denominator == 1
 
 
 def literal(conv: "Converter", v: Any) -> Expr:
@@ -81,38 +97,68 @@ def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
     if s.get("x-halter-fraction"):
         return None                  # "not an integer" and an integer
     lo, hi = integer_bounds(s)
-    mult = s.get("multipleOf")
-    if mult is not None:
-        got = multiple_of_integer(mult, lo, hi)
-        if isinstance(got, DivisibleBy):
-            for name, body in got.rules.items():
-                conv.rules.fixed(name, body)
-            return got.expr
-        if got is not False:
-            return got
-        conv.unsupported("multipleOf", ptr, "only integer divisors of unbounded integers, or small ranges")
-    if lo is None and hi is None:
-        return conv.js.integer()
-    return integer_range(lo, hi)
+    bounded = lo is not None or hi is not None
+    base = integer_range(lo, hi) if bounded else None
+    if bounded and base is None:
+        return None
+    factors = _factors(conv, s, ptr)
+    if not factors:
+        return base if bounded else conv.js.integer()
+    return _product(conv, s, ptr, base if bounded else INTEGER_TEXT, factors)
 
 
 def number_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
-    if s.get("x-halter-fraction"):
-        if not set(s) & _NUMERIC:
-            return _fraction_number(conv)
-        conv.unsupported("not", ptr, "'not an integer' next to numeric bounds or multipleOf")
-    if s.get("multipleOf") is not None:
-        got = integer_grammar(conv, s, ptr) if merging._is_int(s["multipleOf"]) else None
-        if got is not None:
-            return got
-        conv.unsupported("multipleOf", ptr, "non-integer divisors are not supported")
     lo, ls, hi, hs = decimal_bounds(s)
-    if lo is None and hi is None:
-        return conv.js.number()
-    return number_range(lo, ls, hi, hs)
+    factors = _factors(conv, s, ptr)
+    if s.get("x-halter-fraction"):
+        if not factors and lo is None and hi is None:
+            return _fraction_number(conv)
+        factors.append(Fraction())
+    bounded = lo is not None or hi is not None
+    base = number_range(lo, ls, hi, hs) if bounded else None
+    if bounded and base is None:
+        return None
+    if not factors:
+        return base if bounded else conv.js.number()
+    return _product(conv, s, ptr, base if bounded else DECIMAL_TEXT, factors)
 
 
-_NUMERIC = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+_DIGITS = alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None)))
+INTEGER_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS, ZERO_FRACTION)
+DECIMAL_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS, Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1))
+
+
+def _factors(conv: "Converter", s: dict, ptr: str) -> list:
+    """The automata for ``multipleOf`` and the negated divisors (``x-halter-not-multiples``)."""
+    out: list = []
+    if s.get("multipleOf") is not None:
+        f = multiple_factor(s["multipleOf"])
+        if f is None:
+            conv.unsupported("multipleOf", ptr, "the divisor has too many significant digits")
+        elif not (f.p == 1 and f.k == 0):
+            out.append(f)
+    for d in s.get("x-halter-multiples", ()):
+        f = multiple_factor(d)
+        if f is None:
+            conv.unsupported("multipleOf", ptr, "the divisor has too many significant digits")
+        else:
+            out.append(f)
+    for d in s.get("x-halter-not-multiples", ()):
+        f = multiple_factor(d, negated=True)
+        if f is None:
+            conv.unsupported("not", ptr, f"'not multipleOf {d}': the divisor has too many significant digits")
+        else:
+            out.append(f)
+    return out
+
+
+def _product(conv: "Converter", s: dict, ptr: str, base: Expr, factors: list) -> Expr | None:
+    try:
+        return intersect(base, factors, conv.rules, conv.hint(ptr) + "-num")
+    except TooLarge:
+        conv.unsupported("multipleOf", ptr, "the divisibility automaton combined with the bounds is too large")
+        return base
+
 
 
 def _fraction_number(conv: "Converter") -> Expr:

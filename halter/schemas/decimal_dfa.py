@@ -1,0 +1,278 @@
+"""Number texts as finite automata: ``multipleOf`` (integer or decimal divisors), "not a multiple",
+"not an integer", each intersected exactly with the digit-range grammar of the bounds.
+
+A decimal divisor ``d = p / 10**k`` (``p`` a positive integer) divides ``x`` exactly when ``x * 10**k``
+is an integer divisible by ``p``. Reading a decimal text ``-?I(.F)?`` left to right, that is a
+finite automaton: the state is the remainder mod ``p`` of the digits read so far and how many
+fraction digits (at most ``k``) have been read; fraction digits past the ``k``-th must be zeros. A
+text is accepted when the remainder, scaled by the fraction digits still missing, is 0 mod ``p``.
+"Not a multiple" is the same automaton with the other verdict, and "not an integer" is a
+three-state automaton (a non-zero fraction digit was read).
+
+The bounds already have an exact grammar (``numbers.number_range``/``integer_range``: literals,
+classes, repeats, no rule references), so the result is their product: the bound grammar becomes an
+NFA, the subset construction runs on (NFA states, factor states) pairs, the DFA is minimised and
+written as right-linear rules ``{hint}-n{i}``. Exponent notation is never accepted here (its value
+against the digit count of the mantissa is not regular), as for bounded numbers and integers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Iterable, Protocol
+
+from halter.grammar.ast import Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, alt
+from halter.schemas.json_text import cat
+from halter.schemas.rules import Rules
+
+ALPHABET = "-+.eE0123456789"
+MAX_STATES = 20000
+"""Product states explored before giving up (the caller then reports ``multipleOf``)."""
+MAX_FACTOR_STATES = 5000
+"""Largest ``p * (k + 1)`` of one divisor automaton."""
+
+
+class Factor(Protocol):
+    """A deterministic automaton over number texts; ``step`` returns None for the dead state."""
+    start: Any
+
+    def step(self, state: Any, ch: str) -> Any: ...
+
+    def accepts(self, state: Any) -> bool: ...
+
+
+def decimal_parts(d: Any) -> tuple[int, int] | None:
+    """``(p, k)`` with ``d == p / 10**k`` for a positive finite number ``d`` (None otherwise)."""
+    if isinstance(d, bool) or not isinstance(d, (int, float)):
+        return None
+    x = Decimal(d) if isinstance(d, int) else Decimal(repr(d))
+    if not x.is_finite() or x <= 0:
+        return None
+    sign, digits, exp = x.normalize().as_tuple()
+    p = int("".join(map(str, digits)))
+    if exp >= 0:
+        return p * 10 ** exp, 0
+    return p, -exp
+
+
+@dataclass(frozen=True)
+class Multiple:
+    """Texts whose value is (``negated``: is not) a multiple of ``p / 10**k``; states
+    ``(r, j)``: remainder ``r`` mod ``p`` so far, ``j`` fraction digits read (-1: in the integer
+    part); ``"out"``: a non-zero digit past the ``k``-th fraction digit (never a multiple)."""
+    p: int
+    k: int
+    negated: bool = False
+    start: Any = (0, -1)
+
+    def step(self, state: Any, ch: str) -> Any:
+        if state == "out":
+            return "out" if ch.isdigit() else None
+        r, j = state
+        if ch == "-":
+            return state
+        if ch == ".":
+            return (r, 0) if j < 0 else None
+        if not ch.isdigit():
+            return None                      # exponent notation
+        if j < self.k:
+            return ((10 * r + int(ch)) % self.p, j if j < 0 else j + 1)
+        if ch == "0":
+            return state
+        return "out" if self.negated else None
+
+    def accepts(self, state: Any) -> bool:
+        if state == "out":
+            return True
+        r, j = state
+        ok = r * 10 ** (self.k - max(j, 0)) % self.p == 0
+        return ok != self.negated
+
+
+@dataclass(frozen=True)
+class Fraction:
+    """Texts with a non-zero fraction digit (numbers that are not integers, decimal notation)."""
+    start: Any = "int"
+
+    def step(self, state: Any, ch: str) -> Any:
+        if ch in "eE+":
+            return None
+        if state == "int":
+            return "zeros" if ch == "." else state
+        if ch == ".":
+            return None
+        return "nonzero" if state == "nonzero" or ch != "0" else state
+
+    def accepts(self, state: Any) -> bool:
+        return state == "nonzero"
+
+
+def multiple_factor(d: Any, negated: bool = False) -> Multiple | None:
+    """The automaton for ``multipleOf: d`` (or its negation); None when ``d`` is too fine."""
+    parts = decimal_parts(d)
+    if parts is None or parts[0] * (parts[1] + 1) > MAX_FACTOR_STATES:
+        return None
+    return Multiple(parts[0], parts[1], negated)
+
+
+# ---------------------------------------------------------------------------------------------
+# the bound grammar as an NFA
+
+class _NFA:
+    def __init__(self) -> None:
+        self.eps: list[list[int]] = []
+        self.moves: list[list[tuple[frozenset, int]]] = []
+
+    def new(self) -> int:
+        self.eps.append([])
+        self.moves.append([])
+        return len(self.eps) - 1
+
+    def build(self, e: Expr, src: int) -> int:
+        """Add ``e`` starting at ``src``; returns its end state."""
+        if isinstance(e, Literal):
+            for ch in e.text:
+                nxt = self.new()
+                self.moves[src].append((frozenset(ch), nxt))
+                src = nxt
+            return src
+        if isinstance(e, CharClass):
+            chars = frozenset(c for c in ALPHABET if any(lo <= ord(c) <= hi for lo, hi in e.code_point_ranges()))
+            nxt = self.new()
+            self.moves[src].append((chars, nxt))
+            return nxt
+        if isinstance(e, Seq):
+            for item in e.items:
+                src = self.build(item, src)
+            return src
+        if isinstance(e, Alt):
+            end = self.new()
+            for o in e.options:
+                self.eps[self.build(o, src)].append(end)
+            return end
+        if isinstance(e, Repeat):
+            for _ in range(e.min):
+                src = self.build(e.expr, src)
+            if e.max is None:
+                loop = self.new()
+                self.eps[src].append(loop)
+                self.eps[self.build(e.expr, loop)].append(loop)
+                return loop
+            end = self.new()
+            self.eps[src].append(end)
+            for _ in range(e.max - e.min):
+                src = self.build(e.expr, src)
+                self.eps[src].append(end)
+            return end
+        raise TypeError(f"not a number grammar piece: {e!r}")
+
+    def closure(self, states: Iterable[int]) -> frozenset:
+        seen = set(states)
+        todo = list(seen)
+        while todo:
+            for t in self.eps[todo.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return frozenset(seen)
+
+
+class TooLarge(Exception):
+    """The product automaton exceeds ``MAX_STATES``."""
+
+
+def intersect(base: Expr, factors: list[Factor], rules: Rules, hint: str) -> Expr | None:
+    """A grammar for the texts of ``base`` that every factor accepts (None: no text).
+
+    Raises ``TooLarge`` when the product automaton has more than ``MAX_STATES`` states."""
+    nfa = _NFA()
+    start = nfa.new()
+    final = nfa.build(base, start)
+    s0 = (nfa.closure([start]), tuple(f.start for f in factors))
+    index = {s0: 0}
+    order = [s0]
+    trans: list[dict[str, int]] = []
+    accept: list[bool] = []
+    i = 0
+    while i < len(order):
+        nstates, fstates = order[i]
+        accept.append(final in nstates and all(f.accepts(s) for f, s in zip(factors, fstates)))
+        out: dict[str, int] = {}
+        for ch in ALPHABET:
+            nxt = nfa.closure(t for s in nstates for chars, t in nfa.moves[s] if ch in chars)
+            if not nxt:
+                continue
+            fs = tuple(f.step(s, ch) for f, s in zip(factors, fstates))
+            if any(s is None for s in fs):
+                continue
+            key = (nxt, fs)
+            if key not in index:
+                if len(order) >= MAX_STATES:
+                    raise TooLarge()
+                index[key] = len(order)
+                order.append(key)
+            out[ch] = index[key]
+        trans.append(out)
+        i += 1
+    return _emit(*_minimise(trans, accept), rules, hint)
+
+
+def _minimise(trans: list[dict[str, int]], accept: list[bool]) -> tuple[list[dict[str, int]], list[bool]]:
+    """Drop states that cannot reach acceptance, then merge equivalent states (Moore)."""
+    n = len(trans)
+    back: list[set[int]] = [set() for _ in range(n)]
+    for s, out in enumerate(trans):
+        for t in out.values():
+            back[t].add(s)
+    live = {s for s in range(n) if accept[s]}
+    todo = list(live)
+    while todo:
+        for s in back[todo.pop()]:
+            if s not in live:
+                live.add(s)
+                todo.append(s)
+    if 0 not in live:
+        return [], []
+    block = {s: int(accept[s]) for s in live}
+    while True:
+        sigs: dict[tuple, int] = {}
+        new = {}
+        for s in sorted(live):
+            sig = (block[s], tuple((ch, block[t]) for ch, t in sorted(trans[s].items()) if t in live))
+            new[s] = sigs.setdefault(sig, len(sigs))
+        if len(sigs) == len(set(block.values())):
+            break
+        block = new
+    block = new
+    # renumber so that the start state's block is 0
+    ids: dict[int, int] = {}
+    for s in [0, *sorted(live)]:
+        ids.setdefault(block[s], len(ids))
+    m_trans: list[dict[str, int]] = [{} for _ in ids]
+    m_accept = [False] * len(ids)
+    for s in live:
+        b = ids[block[s]]
+        m_accept[b] = accept[s]
+        m_trans[b] = {ch: ids[block[t]] for ch, t in trans[s].items() if t in live}
+    return m_trans, m_accept
+
+
+def _emit(trans: list[dict[str, int]], accept: list[bool], rules: Rules, hint: str) -> Expr | None:
+    if not trans:
+        return None
+    names = [rules.reserve(f"{hint}-n{i}") for i in range(len(trans))]
+    for i, out in enumerate(trans):
+        by_target: dict[int, list[str]] = {}
+        for ch, t in out.items():
+            by_target.setdefault(t, []).append(ch)
+        opts: list[Expr] = [cat(_chars(chs), RuleRef(names[t])) for t, chs in sorted(by_target.items())]
+        if accept[i]:
+            opts.append(Literal(""))
+        rules.define(names[i], alt(*opts))
+    return RuleRef(names[0])
+
+
+def _chars(chs: list[str]) -> Expr:
+    if len(chs) == 1:
+        return Literal(chs[0])
+    return CharClass(tuple((ord(c), ord(c)) for c in sorted(chs, key=ord)))
