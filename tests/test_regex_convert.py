@@ -64,7 +64,7 @@ def test_dot_excludes_line_terminators():
     (r"a(?=b)", "lookaround"),
     (r"a(?<!b)", "lookaround"),
     (r"\bword", "word boundaries"),
-    (r"\p{L}", "Unicode property"),
+    (r"\p{Script=Greek}", "Unicode property"),
     (r"(?i)abc", "inline flags"),
 ])
 def test_unsupported_constructs_raise(pattern, message):
@@ -89,3 +89,28 @@ def test_schema_pattern_errors_carry_the_json_pointer():
     with pytest.raises(UnsupportedSchemaError) as err:
         json_schema_to_gbnf({"properties": {"p": {"type": "string", "pattern": "(a)\\1"}}}, strict=True)
     assert err.value.pointer == "#/properties/p" and err.value.keyword == "pattern"
+
+
+@pytest.mark.parametrize("pattern,yes,no", [
+    (r"^\p{L}+$", ["abc", "Ωé", "日本"], ["a1", "", "a b"]),
+    (r"^\p{Letter}\p{Nd}$", ["a1", "é٣"], ["11", "aa"]),
+    (r"^\p{Lu}\p{Lowercase_Letter}$", ["Ab", "Éé"], ["ab", "AB"]),
+    (r"^\P{L}$", ["1", " ", "😀"], ["a", "Ω"]),
+    (r"^[\p{digit}x]+$", ["12x", "x"], ["a"]),
+    (r"^\p{gc=Zs}\p{General_Category=punct}$", [" !", "\u3000."], ["a!", "  "]),
+    (r"^\p{ASCII}\p{Any}\p{Assigned}$", ["a😀b"], ["éab"]),
+])
+def test_unicode_property_escapes(pattern, yes, no):
+    g = Grammar.from_gbnf(regex_to_gbnf(pattern))
+    for s in yes:
+        assert g.matches(s), s
+    for s in no:
+        assert not g.matches(s), s
+
+
+def test_unknown_unicode_property_is_malformed():
+    with pytest.raises(RegexError, match="unknown Unicode property") as err:
+        regex_to_gbnf(r"\p{letter}")
+    assert not isinstance(err.value, UnsupportedRegexError)
+    with pytest.raises(RegexError, match="followed by"):
+        regex_to_gbnf(r"\pL")

@@ -5,6 +5,7 @@ The parser produces the halter grammar syntax tree over code points (``Literal``
 a pattern into its anchored/unanchored variants so that a schema pattern can "match anywhere", as
 the JSON Schema spec means it. Constructs a context-free grammar cannot express (backreferences,
 lookaround, word boundaries) raise ``UnsupportedRegexError``; malformed patterns ``RegexError``.
+Unicode property escapes (``\\p{L}``) are read with their ``u``-mode meaning (unicode_props.py).
 
 Semantics follow ECMAScript without flags: ``.`` excludes line terminators (\\n \\r U+2028 U+2029),
 ``\\d``/``\\w`` are ASCII, ``\\s`` is ECMAScript white space, ``$`` matches only at the very end.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, alt, contains,
                                 format_grammar, merge_ranges, seq)
+from halter.schemas.unicode_props import property_ranges
 
 
 class RegexError(SchemaError):
@@ -260,14 +262,30 @@ class _Parser:
                 return Literal(chr(ord(letter) % 32))
             raise self.error("bad \\c escape", at=start)
         if c in "pP":
-            raise self.error("Unicode property escapes (\\p{...}) are not supported",
-                             unsupported=True, at=start)
+            return self.property_escape(c == "P", start)
         if c == "k":
             raise self.error("named backreferences cannot be expressed by a grammar",
                              unsupported=True, at=start)
         if c.isalnum():
             raise self.error(f"unknown escape '\\{c}'", at=start)
         return Literal(c)   # identity escape of punctuation
+
+    def property_escape(self, negated: bool, start: int) -> CharClass:
+        """``\\p{...}``/``\\P{...}`` (the ``u``-mode meaning, which JSON Schema patterns use)."""
+        end = self.p.find("}", self.i)
+        if self.peek() != "{" or end < 0:
+            raise self.error("\\p must be followed by {property}", at=start)
+        body = self.p[self.i + 1:end]
+        try:
+            ranges = property_ranges(body)
+        except KeyError:
+            raise self.error(f"unknown Unicode property {body!r}", at=start) from None
+        if ranges is None:
+            raise self.error(f"Unicode property {body!r} is not supported (only general categories "
+                             "and Any/ASCII/Assigned/ASCII_Hex_Digit/White_Space)", unsupported=True,
+                             at=start)
+        self.i = end + 1
+        return CharClass(complement(ranges) if negated else ranges)
 
     def hex_digits(self, n: int, start: int) -> int:
         digits = self.p[self.i:self.i + n]
