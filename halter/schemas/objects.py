@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from halter.grammar.ast import Expr, Literal, Repeat, RuleRef, alt
 from halter.schemas import merge as merging
+from halter.schemas.char_automaton import Dfa
 from halter.schemas.json_text import NEVER, JsonText, cat
 from halter.schemas.refs import pointer_escape
 from halter.schemas.rules import Rules
@@ -213,6 +214,7 @@ class _CountUnsupported(Exception):
 
 def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | None:
     """Grammar for a flat object schema: known, required, pattern and extra properties, counts."""
+    from halter.schemas.pattern_keys import key_pattern, key_schema, names_dfa, partition_keys, pattern_keys
     props_schema = s.get("properties") or {}
     pattern_props = s.get("patternProperties") or {}
     additional = s.get("additionalProperties", True)
@@ -255,23 +257,34 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
     # must never spell them (names with an unconstrained rule may, harmlessly)
     strict_known = [n for n in known if props_schema.get(n, None) not in (True, {}, additional)
                     or n in needed]
-    if pattern_props:
+    names_given = prop_names is not None and prop_names is not True and \
+        not (isinstance(prop_names, dict) and not set(prop_names) - merging.ANNOTATIONS)
+    names = (Dfa([[]], [False]) if prop_names is False else names_dfa(conv, prop_names, f"{ptr}/propertyNames")) \
+        if names_given else None
+    exact = None
+    if pattern_props or names is not None:
+        exact = partition_keys(conv, pattern_props, additional, known, names, ptr, base)
+    if exact is not None:
+        extra.extend(exact)
+    elif pattern_props:
+        if names_given:
+            conv.unsupported("propertyNames", f"{ptr}/propertyNames", "next to patternProperties only "
+                             "exact for pattern/length keywords and automata of a sane size")
         if len(pattern_props) > 1 or additional is not False:
             # several patterns or patterns next to additional properties: approximate unless exact
-            exact = conv.strings.pattern_keys(pattern_props, additional, strict_known, ptr, base)
-            extra.extend(exact)
+            extra.extend(pattern_keys(conv, pattern_props, additional, strict_known, ptr, base))
         else:
             pat, psub = next(iter(pattern_props.items()))
             value = conv.visit(psub, f"{ptr}/patternProperties/{pointer_escape(pat)}", base)
             if value is not None:
                 key = (key_complement(conv.js, known) if _matches_every_key(pat)
-                       else conv.strings.key_pattern(pat, strict_known, f"{ptr}/patternProperties"))
+                       else key_pattern(conv, pat, strict_known, f"{ptr}/patternProperties"))
                 extra.append((key, value))
     elif additional is not False:
         value = conv.visit(additional, f"{ptr}/additionalProperties", base)
         if value is not None:
-            if prop_names is not None and prop_names is not True:
-                key = conv.strings.key_schema(prop_names, strict_known, f"{ptr}/propertyNames", base)
+            if names_given:
+                key = key_schema(conv, prop_names, strict_known, f"{ptr}/propertyNames", base)
             else:
                 key = key_complement(conv.js, known)
             if key is not None:

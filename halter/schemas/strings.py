@@ -1,11 +1,18 @@
 """String schemas: ``minLength``/``maxLength``, ``pattern`` (matched anywhere unless anchored),
-``format``, and the key grammars of ``patternProperties``/``propertyNames``."""
+``format``.
+
+A single pattern or format becomes its regex tree spelled as JSON text. Several of them at once, or
+one with a length bound that does not simply fit its repeat, are intersected as automata
+(char_automaton.py: pattern DFAs and a length counter run in lockstep) and written back as rules.
+"""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq
+from halter.schemas.automaton_grammar import dfa_to_expr
+from halter.schemas.char_automaton import AutomatonTooLarge, Dfa, from_expr, length_range_dfa, minimize, product
 from halter.schemas.formats import APPROXIMATE_FORMATS, FORMATS, UNCHECKED_FORMATS
 from halter.schemas.json_text import JsonText, cat
 from halter.schemas.objects import key_complement
@@ -63,6 +70,8 @@ class StringBuilder:
         self.js = js
         self.conv = conv
         self._compiled: dict[str, Expr] = {}
+        self._dfas: dict[tuple, Dfa | None] = {}
+        self._exact: dict[tuple, Expr | None] = {}
 
     def pattern_expr(self, pattern: str, ptr: str, anchored: bool = False) -> Expr | None:
         """The code-point expression of a schema pattern (unanchored: matches anywhere)."""
@@ -77,6 +86,40 @@ class StringBuilder:
                 from halter.errors import SchemaError
                 raise SchemaError(e.message, "#" + ptr, "pattern") from None
         return self._compiled[key]
+
+    def expr_dfa(self, expr: Expr) -> Dfa | None:
+        """The minimal DFA of a code-point expression; None when it would be too large."""
+        if expr not in self._dfas:
+            try:
+                self._dfas[expr] = minimize(from_expr(expr))
+            except AutomatonTooLarge:
+                self._dfas[expr] = None
+        return self._dfas[expr]
+
+    def pattern_dfa(self, pattern: str, ptr: str) -> Dfa | None:
+        """The DFA of the strings in which ``pattern`` finds a match; None if unsupported/too large."""
+        expr = self.pattern_expr(pattern, ptr)
+        return None if expr is None else self.expr_dfa(expr)
+
+    def exact_string(self, exprs: list[Expr], lo: int, hi: int | None) -> Expr | bool | None:
+        """A quoted string matching every one of ``exprs`` with lo..hi code points.
+
+        None when no string does; False when the automaton would be too large.
+        """
+        key = (tuple(exprs), lo, hi)
+        if key not in self._exact:
+            dfas = [self.expr_dfa(e) for e in exprs]
+            if any(d is None for d in dfas):
+                return False
+            if lo > 0 or hi is not None:
+                dfas.append(length_range_dfa(lo, hi))
+            try:
+                both = dfas[0] if len(dfas) == 1 else product(dfas, all)
+            except AutomatonTooLarge:
+                return False
+            body = dfa_to_expr(both, self.js, "str", Literal('"'))
+            self._exact[key] = None if body is None else cat(Literal('"'), body)
+        return self._exact[key]
 
     def search(self, pattern: str, text: str, ptr: str) -> bool:
         expr = self.pattern_expr(pattern, ptr)
@@ -113,60 +156,27 @@ class StringBuilder:
                 constraints.append(("pattern", e))
         if not constraints:
             return js.string(lo, hi)
-        if len(constraints) > 1:
-            self.conv.unsupported(constraints[1][0], ptr, "two string constraints (pattern/format) at once")
         kw, expr = constraints[0]
         a, b = length_range(expr)
-        if a < lo or (hi is not None and (b is None or b > hi)):
-            fitted = _fit_length(expr, lo, hi)
+        fits = not (a < lo or (hi is not None and (b is None or b > hi)))
+        fitted = None if fits or len(constraints) > 1 else _fit_length(expr, lo, hi)
+        if len(constraints) > 1 or not (fits or fitted is not None):
+            exact = self.exact_string([e for _, e in constraints], lo, hi)
+            if exact is not False:
+                return exact
+        if len(constraints) > 1:
+            self.conv.unsupported(constraints[1][0], ptr, "two string constraints (pattern/format) at once "
+                                  "whose intersection automaton is too large")
+        if not fits:
             if fitted is None:
                 self.conv.unsupported("maxLength" if hi is not None else "minLength", ptr,
-                                      f"a length bound together with {kw} is only exact for simple patterns")
+                                      f"a length bound together with {kw}: the automaton is too large")
             else:
                 expr = fitted
         body = js.encode_expr(expr)
         if kw == "format" and isinstance(fmt, str):       # one shared rule per format
             body = js.rules.add(f"format-{fmt}", body)
         return cat(Literal('"'), body, Literal('"'))
-
-    # keys -------------------------------------------------------------------------------------
-    def key_pattern(self, pattern: str, known: list[str], ptr: str) -> Expr:
-        """Keys matching ``pattern``; ``known`` are the names whose own rule is stricter."""
-        expr = self.pattern_expr(pattern, ptr) or Repeat(ANY_CHAR, 0, None)
-        rx = to_python_regex(expr)
-        if any(re.fullmatch(rx, k, re.S) for k in known):
-            self.conv.unsupported("patternProperties", ptr, "a known property name also matches the pattern")
-        return cat(Literal('"'), self.js.encode_expr(expr), Literal('"'))
-
-    def key_schema(self, names_schema: Any, known: list[str], ptr: str, base: str) -> Expr | None:
-        if names_schema is False:
-            return None
-        if any(self.conv.valid(names_schema, k) for k in known):   # names with a stricter rule
-            self.conv.unsupported("propertyNames", ptr, "known property names also fit propertyNames")
-        sub = dict(names_schema) if isinstance(names_schema, dict) else {}
-        sub["type"] = "string"
-        return self.conv.visit(sub, ptr, base)
-
-    def pattern_keys(self, pattern_props: dict, additional: Any, known: list[str], ptr: str,
-                     base: str) -> list[tuple[Expr, Expr]]:
-        from halter.schemas.objects import key_complement
-        out = []
-        values = []
-        for pat, psub in pattern_props.items():
-            value = self.conv.visit(psub, f"{ptr}/patternProperties/{pat}", base)
-            values.append(value)
-            if value is not None:
-                out.append((self.key_pattern(pat, known, f"{ptr}/patternProperties"), value))
-        restrictive = any(psub not in (True, {}) for psub in pattern_props.values())
-        if len(pattern_props) > 1 and restrictive:
-            self.conv.unsupported("patternProperties", ptr, "a key matching several patterns must satisfy all of them")
-        if additional is not False:
-            if restrictive:
-                self.conv.unsupported("patternProperties", ptr, "keys matching a pattern could be written as additional properties")
-            value = self.conv.visit(additional, f"{ptr}/additionalProperties", base)
-            if value is not None:
-                out.append((key_complement(self.js, known), value))
-        return out
 
 
 def _fit_length(expr: Expr, lo: int, hi: int | None) -> Expr | None:

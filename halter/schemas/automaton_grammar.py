@@ -1,0 +1,126 @@
+"""A code-point DFA (char_automaton.py) written back as grammar rules over JSON-string spellings.
+
+Each DFA state is a right-linear rule ``state ::= c1 state1 | c2 state2 | end`` where each ``c`` is
+the set of characters leading to that successor, spelled the way every constrained string is
+(raw and ``\\uXXXX``, short escapes, surrogate pairs: ``JsonText.encode_class``), and ``end`` (the
+closing quote) ends an accepting state. To keep grammars small and readable, a state only gets its
+own rule when it is needed: when several states lead to it or it lies on a cycle. Other states are
+written inline in their only predecessor, a self-loop becomes ``c*``, and inlining stops at a
+nesting depth of ``MAX_INLINE_DEPTH``.
+"""
+from __future__ import annotations
+
+from halter.grammar.ast import Expr, Repeat, RuleRef, alt
+from halter.schemas.char_automaton import Dfa, minimize, trim
+from halter.schemas.json_text import JsonText, cat
+
+MAX_INLINE_DEPTH = 32
+
+
+def _cyclic(succ: list[dict[int, list]]) -> list[bool]:
+    """Whether each state lies on a cycle through another state (Tarjan's SCCs, iterative)."""
+    n = len(succ)
+    index = [-1] * n
+    low = [0] * n
+    on = [False] * n
+    stack: list[int] = []
+    out = [False] * n
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work = [(root, iter(succ[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on[root] = True
+        while work:
+            q, it = work[-1]
+            for t in it:
+                if t == q:
+                    continue
+                if index[t] < 0:
+                    index[t] = low[t] = counter
+                    counter += 1
+                    stack.append(t)
+                    on[t] = True
+                    work.append((t, iter(succ[t])))
+                    break
+                if on[t]:
+                    low[q] = min(low[q], index[t])
+            else:
+                work.pop()
+                if work:
+                    p = work[-1][0]
+                    low[p] = min(low[p], low[q])
+                if low[q] == index[q]:
+                    comp = []
+                    while True:
+                        x = stack.pop()
+                        on[x] = False
+                        comp.append(x)
+                        if x == q:
+                            break
+                    if len(comp) > 1:
+                        for x in comp:
+                            out[x] = True
+    return out
+
+
+def dfa_to_expr(d: Dfa, js: JsonText, hint: str, end: Expr) -> Expr | None:
+    """The JSON-string spellings of ``d``'s language followed by ``end``; None if it is empty.
+
+    ``d`` is minimized first. New rules are added to ``js.rules`` named after ``hint``.
+    """
+    d = minimize(trim(d))
+    if d.is_empty():
+        return None
+    rules = js.rules
+    n = len(d)
+    succ: list[dict[int, list]] = []
+    indeg = [0] * n
+    for q in range(n):
+        groups: dict[int, list] = {}
+        for lo, hi, t in d.trans[q]:
+            groups.setdefault(t, []).append((lo, hi))
+        succ.append(groups)
+        for t in groups:
+            if t != q:
+                indeg[t] += 1
+    cyclic = _cyclic(succ)
+    is_rule = [indeg[q] > 1 or cyclic[q] or (q == d.start and indeg[q] > 0) for q in range(n)]
+    names = {q: rules.reserve(f"{hint}-{i}") for i, q in enumerate(q for q in range(n) if is_rule[q])}
+    body: dict[int, Expr] = {}
+    depth: dict[int, int] = {}
+
+    def write(q: int) -> Expr:
+        parts: list[Expr] = []
+        if d.accept[q]:
+            parts.append(end)
+        for t, ranges in succ[q].items():
+            if t != q:
+                nxt = RuleRef(names[t]) if t in names else body[t]
+                parts.append(cat(js.encode_class(ranges), nxt))
+        rest = alt(*parts)
+        if q in succ[q]:
+            return cat(Repeat(js.encode_class(succ[q][q]), 0, None), rest)
+        return rest
+
+    # inline states come before their (only) predecessor: a post-order walk from each rule root
+    roots = [d.start] + [q for q in range(n) if is_rule[q] and q != d.start]
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            q, expanded = stack.pop()
+            if expanded:
+                body[q] = write(q)
+                depth[q] = 1 + max((depth[t] for t in succ[q] if t != q and t not in names), default=0)
+                if depth[q] > MAX_INLINE_DEPTH and q not in names:
+                    body[q] = rules.add(f"{hint}-part", body[q])
+                    depth[q] = 0
+                continue
+            stack.append((q, True))
+            stack.extend((t, False) for t in succ[q] if t != q and t not in names and t not in body)
+    for q, name in names.items():
+        rules.define(name, body[q])
+    return RuleRef(names[d.start]) if d.start in names else body[d.start]

@@ -1,0 +1,113 @@
+"""``patternProperties``, ``additionalProperties`` and ``propertyNames`` partition keys exactly,
+and ``pattern`` next to length bounds or another pattern is exact: the grammar's verdict on
+hand-written instances is ``jsonschema``'s, with no warning (so strict mode compiles)."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import jsonschema
+import pytest
+
+from halter.grammar import Grammar
+from halter.schemas import json_schema_to_gbnf
+from halter.schemas.converter import SchemaWarning
+
+
+def check(schema: dict, instances: list) -> Grammar:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaWarning)
+        g = Grammar.from_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    verdicts = set()
+    for inst in instances:
+        want = validator.is_valid(inst)
+        verdicts.add(want)
+        for text in (json.dumps(inst), json.dumps(inst, ensure_ascii=False),
+                     json.dumps(inst, separators=(",", ":"))):
+            assert g.matches(text) == want, (text, want)
+    assert verdicts == {True, False}, "the instances should include valid and invalid ones"
+    return g
+
+
+OVERLAPPING = {
+    "type": "object",
+    "properties": {"foo": {"type": "string"}, "fax": {"maxLength": 3}},
+    "patternProperties": {"^f": {"type": "string"}, "o$": {"minLength": 2}, "x": {"enum": ["ab", "abcd", 1]}},
+    "additionalProperties": {"type": "integer"},
+}
+
+
+@pytest.mark.parametrize("schema,instances", [
+    (OVERLAPPING, [
+        {"foo": "ab"}, {"foo": "a"}, {"foo": 1}, {"fo": "ab"}, {"fo": "a"}, {"go": "ab"}, {"go": 5},
+        {"fax": "ab"}, {"fax": "abcd"}, {"fax": 1}, {"fx": "abcd"}, {"x": 1}, {"x": "abcd"},
+        {"other": 3}, {"other": "3"}, {"": 0}, {"fxo": "ab"}, {"fxo": "a"}, {"f\u00e9o": "x"},
+        {"f\u00e9o": "xy"}, {"foo": "ab", "bar": 2, "fox": "abcd"}, {"foo": "ab", "bar": 2, "xx": "no"},
+    ]),
+    ({"type": "object", "properties": {"alpha": {"type": "integer"}},
+      "patternProperties": {"^[a-z]+$": {"type": "integer"}, "^[A-Z]": {"type": "boolean"}},
+      "additionalProperties": False}, [
+        {"alpha": 1}, {"beta": 2}, {"beta": True}, {"Beta": True}, {"Beta": 1}, {"b1": 1},
+        {"_x": 1}, {}, {"alpha": 1, "Z": False, "zz": 3}, {"alpha": "1"},
+    ]),
+    ({"type": "object", "patternProperties": {".": {"type": "object"}}},   # secrethub's shape
+     [{"secret4": 123}, {"secret4": {}}, {"": 123}, {"a": {}, "b": []}]),
+])
+def test_keys_partition_exactly(schema, instances):
+    check(schema, instances)
+
+
+def test_unicode_property_patterns_as_keys():
+    # Python's re (so jsonschema) has no \p{...}: the verdicts are written out
+    schema = {"type": "object", "patternProperties": {"^\\p{Lu}": {"type": "string"}, "\\p{Nd}$": {"type": "integer"}},
+              "additionalProperties": False}
+    g = Grammar.from_json_schema(schema)
+    for inst, want in [({"\u00c9t\u00e9": "x"}, True), ({"\u00c9t\u00e9": 1}, False), ({"a\u0663": 3}, True),
+                       ({"A1": 3}, False), ({"A1": "3"}, False), ({"a": 1}, False), ({"\u00e9": "x"}, False)]:
+        for text in (json.dumps(inst), json.dumps(inst, ensure_ascii=False)):
+            assert g.matches(text) == want, text
+
+
+def test_property_names_pattern_with_known_names():
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}},
+              "propertyNames": {"pattern": "^[a-z]{2,4}$"},
+              "additionalProperties": {"type": "string"}}
+    check(schema, [{"id": 1}, {"id": "1"}, {"name": "x"}, {"name": 1}, {"n": "x"}, {"names": "x"},
+                   {"ID": "x"}])
+
+
+def test_property_names_next_to_pattern_properties():
+    schema = {"type": "object", "patternProperties": {"^x-": {"type": "integer"}},
+              "propertyNames": {"maxLength": 4}}
+    check(schema, [{"x-ab": 1}, {"x-ab": "1"}, {"x-abc": 1}, {"abcd": "s"}, {"abcde": 1}])
+
+
+@pytest.mark.parametrize("schema,instances", [
+    ({"type": "string", "pattern": "^$|^[a-z][a-z0-9A-Z]*$", "minLength": 1}, ["", "a", "aB1", "1a"]),
+    ({"type": "string", "pattern": "a.*b", "maxLength": 5}, ["ab", "xaxxb", "xaxxbx", "a\u00e9b", "b"]),
+    ({"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)*$", "minLength": 3, "maxLength": 9},
+     ["1.2", "12", "1.2.3.4.5", "1.2.3.4.56", "1..2"]),
+    ({"allOf": [{"type": "string", "pattern": "a"}, {"pattern": "b$"}]}, ["ab", "ba", "a", "b", "aab"]),
+    ({"type": "string", "pattern": "\U0001F600", "maxLength": 2}, ["\U0001F600", "x\U0001F600", "xx\U0001F600"]),
+])
+def test_pattern_with_length_or_a_second_pattern(schema, instances):
+    check(schema, instances)
+
+
+def test_strict_mode_compiles_what_used_to_be_approximate():
+    json_schema_to_gbnf(OVERLAPPING, strict=True)
+    json_schema_to_gbnf({"type": "string", "pattern": "a.*b", "maxLength": 5}, strict=True)
+
+
+def test_too_many_overlapping_patterns_fall_back_with_a_warning():
+    pats = {f"{c}": {"type": "integer"} for c in "abcde"}     # 31 possible "matches exactly" sets
+    schema = {"type": "object", "patternProperties": pats, "additionalProperties": False}
+    with pytest.warns(SchemaWarning, match="patternProperties"):
+        g = Grammar.from_json_schema(schema)
+    assert g.matches('{"a": 1, "bc": 2}') and not g.matches('{"z": 1}')
+
+
+def test_grammar_for_several_patterns_stays_small():
+    gbnf = json_schema_to_gbnf(OVERLAPPING)
+    assert len(gbnf) < 20_000
