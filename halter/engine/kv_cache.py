@@ -4,7 +4,8 @@ Layout: ``k`` and ``v`` are ``[n_layer, n_seq, n_head_kv, n_ctx, head_dim]``; ro
 sequence ``s``. A sequence's tokens always occupy the dense prefix ``[0, used[s])`` of its row,
 and ``pos[s, cell]`` is the position stored in each cell (-1 when empty). Attention masks are
 built from ``pos``, so the cells need not be in position order, and the shapes never change
-(what CUDA graphs need). Removing positions compacts the row; shifting positions re-rotates the
+(what CUDA graphs need): every operation below writes into ``k``, ``v`` and ``pos`` in place and
+none reallocates them, so graphs captured over these tensors stay valid. Removing positions compacts the row; shifting positions re-rotates the
 cached keys with the model's rotary embedding, so no token is ever recomputed.
 """
 from __future__ import annotations
@@ -54,10 +55,12 @@ class KVCache:
         seq = self._check(seq)
         return self.pos_host[seq, :self.used[seq]].copy()
 
-    def reserve(self, seqs: list[int], positions: np.ndarray) -> np.ndarray:
+    def reserve(self, seqs: list[int], positions: np.ndarray, *, write_device: bool = True
+                ) -> np.ndarray:
         """Claim cells for ``positions [B, T]`` appended to each of ``seqs``; returns cells ``[B, T]``.
 
-        Records the positions (host and device); the caller writes keys and values into the cells.
+        Records the positions (host, and device unless ``write_device=False``: the static decode
+        step writes them itself); the caller writes keys and values into the cells.
         Raises ``ValueError`` when a sequence has no room (the caller should shift the context).
         """
         n_new = positions.shape[1]
@@ -72,6 +75,8 @@ class KVCache:
         for b, seq in enumerate(seqs):      # second pass: only commit once every row fits
             self.used[seq] += n_new
             self.pos_host[seq, cells[b]] = positions[b]
+        if not write_device:
+            return cells
         rows = torch.as_tensor(np.asarray(seqs)[:, None], device=self.pos.device)
         self.pos[rows, torch.as_tensor(cells, device=self.pos.device)] = torch.as_tensor(
             positions, device=self.pos.device)

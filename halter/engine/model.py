@@ -4,7 +4,8 @@ This is the object users hold. ``Model.load`` picks the device and dtype, reads 
 the file, fuses Q/K/V and allocates the cache; ``decode`` evaluates tokens appended to cached
 sequences (llama.cpp's ``llama_decode``); ``logits`` is the stateless convenience for a whole
 token list; ``generate`` / ``generate_batch`` run the loop in ``halter.engine.generation``;
-calling the model (``model(prompt, output_type)``) is the structured-output shortcut.
+calling the model (``model(prompt, output_type)``) is the structured-output shortcut. One-token
+decode steps go through ``halter.engine.static_decode`` in the static modes (``set_decode``).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from halter.engine.config import ModelConfig
 from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
 from halter.engine.rope import Rope
+from halter.engine.static_decode import StaticDecoder, resolve_mode
 from halter.engine.transformer import Transformer
 from halter.errors import ModelLoadError
 
@@ -61,23 +63,28 @@ class Model:
     """A loaded GGUF model: transformer, KV cache for ``n_seq_max`` sequences, tokenizer."""
 
     def __init__(self, path: str, config: ModelConfig, net: Transformer, rope: Rope,
-                 cache: KVCache, n_batch: int) -> None:
+                 cache: KVCache, n_batch: int, decode: str = "auto") -> None:
         self.path, self.config, self.net, self.rope, self.cache = path, config, net, rope, cache
         self.n_batch = n_batch
         self._tokenizer: Any = None
         self._vocab: Any = None
+        self._static: StaticDecoder | None = None
+        self.decode_mode = "eager"
+        self.set_decode(decode)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], device: str | torch.device | None = None,
              dtype: str | torch.dtype | None = None, n_ctx: int | None = None, *,
-             n_batch: int = 512, n_seq_max: int = 2, progress: Progress = True) -> "Model":
+             n_batch: int = 512, n_seq_max: int = 2, progress: Progress = True,
+             decode: str = "auto") -> "Model":
         """Load ``path`` (GGUF, llama or qwen2 architecture) for inference.
 
         ``device`` defaults to CUDA when available; ``dtype`` to bf16/fp16 on CUDA and fp32 on the
         CPU (also accepts "f32", "f16", "bf16"). ``n_ctx`` (default: the training context, at most
         4096) is the cache length per sequence; ``n_seq_max`` sequences can be cached at once
         (two by default, for classifier-free guidance). ``progress``: True prints to stderr,
-        False is quiet, a callable gets ``(tensors_done, tensors_total, name)``.
+        False is quiet, a callable gets ``(tensors_done, tensors_total, name)``. ``decode`` is the
+        decode-step mode (see ``set_decode``).
         """
         dev = default_device() if device is None else torch.device(device)
         if isinstance(dtype, str):
@@ -104,7 +111,21 @@ class Model:
         cache = KVCache(n_layer=config.n_layer, n_seq=n_seq_max, n_ctx=n_ctx,
                         n_head_kv=config.n_head_kv, head_dim=config.head_dim, rope=rope,
                         dtype=dt, device=dev)
-        return cls(os.fspath(path), config, net, rope, cache, n_batch)
+        return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
+
+    def set_decode(self, mode: str = "auto", *, backend: Any = None) -> None:
+        """How one-token decode steps run: ``"eager"``, ``"static"``, ``"compile"``, ``"cuda-graph"``.
+
+        ``"auto"`` is ``"cuda-graph"`` on CUDA and ``"eager"`` on the CPU. The static modes run
+        ``halter.engine.static_decode``'s fixed-shape step (attention over all ``n_ctx`` cells);
+        ``"compile"`` compiles it with ``torch.compile(backend=backend or "inductor")``,
+        ``"cuda-graph"`` captures one CUDA graph per batch bucket on first use. Prompt chunks and
+        ``all_logits`` calls always run eagerly. Previously compiled steps or graphs are dropped.
+        """
+        resolved = resolve_mode(mode, self.device)
+        self._static = None if resolved == "eager" else \
+            StaticDecoder(self.net, self.rope, self.cache, resolved, backend=backend)
+        self.decode_mode = resolved
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -154,7 +175,8 @@ class Model:
         the model's device: ``[B, T, n_vocab]`` with ``all_logits``, else ``[B, n_vocab]`` for the
         last token of each row. Rows must have the same length; evaluate longer prompts with
         ``eval_prompt`` (chunks of ``n_batch``). On CUDA the call returns before the GPU is done:
-        work on the CPU before touching the logits overlaps with the forward pass.
+        work on the CPU before touching the logits overlaps with the forward pass. One-token
+        steps (``T == 1``, last logits) use the static step unless the decode mode is eager.
         """
         ids = torch.as_tensor(tokens, dtype=torch.long)
         if ids.ndim != 2 or ids.shape[0] != len(seq_ids) or ids.shape[1] == 0:
@@ -166,6 +188,9 @@ class Model:
         T = ids.shape[1]
         start = np.array([self.cache.seq_pos_max(s) + 1 for s in seq_ids])
         positions = start[:, None] + np.arange(T)[None, :]
+        if T == 1 and not all_logits and self._static is not None:
+            cells = self.cache.reserve(list(seq_ids), positions, write_device=False)
+            return self._static(ids[:, 0].tolist(), list(seq_ids), positions[:, 0], cells[:, 0])
         cells = self.cache.reserve(list(seq_ids), positions)
         n_attend = int(max(self.cache.used[s] for s in seq_ids))
         dev = self.device

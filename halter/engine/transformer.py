@@ -40,22 +40,33 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(c.n_embd, q + 2 * kv, bias=c.attn_bias)
         self.wo = nn.Linear(q, c.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
-                cache: KVCache, row_ids: torch.Tensor, rows: torch.Tensor | slice,
-                cells: torch.Tensor, mask: torch.Tensor, n_attend: int) -> torch.Tensor:
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rotated queries ``[B, T, H, D]``, rotated keys and values ``[B, T, Hkv, D]`` of ``x``."""
         B, T, _ = x.shape
         q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
         q, k, v = self.wqkv(x).split([q_dim, kv_dim, kv_dim], dim=-1)
         q = rope.apply(q.view(B, T, self.n_head, self.head_dim), cos, sin)
         k = rope.apply(k.view(B, T, self.n_head_kv, self.head_dim), cos, sin)
-        v = v.view(B, T, self.n_head_kv, self.head_dim)
+        return q, k, v.view(B, T, self.n_head_kv, self.head_dim)
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               mask: torch.Tensor) -> torch.Tensor:
+        """Output projection of ``q [B, T, H, D]`` attending over ``keys/values [B, Hkv, L, D]``."""
+        B, T = q.shape[:2]
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
+                                           enable_gqa=self.n_head != self.n_head_kv)
+        return self.wo(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
+                cache: KVCache, row_ids: torch.Tensor, rows: torch.Tensor | slice,
+                cells: torch.Tensor, mask: torch.Tensor, n_attend: int) -> torch.Tensor:
+        q, k, v = self.project(x, cos, sin, rope)
         k_cache, v_cache = cache.k[self.layer], cache.v[self.layer]   # [S, Hkv, C, D]
         k_cache[row_ids[:, None], :, cells] = k                        # indexed view: [B, T, Hkv, D]
         v_cache[row_ids[:, None], :, cells] = v
         keys, values = _rows(k_cache, rows, n_attend), _rows(v_cache, rows, n_attend)  # [B, Hkv, L, D]
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
-                                           enable_gqa=self.n_head != self.n_head_kv)
-        return self.wo(y.transpose(1, 2).reshape(B, T, q_dim))
+        return self.attend(q, keys, values, mask)
 
 
 def _rows(cache: torch.Tensor, rows: torch.Tensor | slice, n_attend: int) -> torch.Tensor:

@@ -1,0 +1,185 @@
+"""The static-shape decode step: one new token for each of the first B cache rows, fixed shapes.
+
+``Model.decode`` attends over a variable number of cells and builds new tensors every call, which
+nothing can capture or compile once. Here a step for batch bucket ``B`` has preallocated device
+inputs (token, position, cell, active flag and output order per row), attends over the whole
+cache length ``n_ctx`` (empty cells hold position -1 and are masked already) and writes its
+logits into a preallocated ``[B, n_vocab]`` buffer, so the same step can be run as is
+(``"static"``), compiled with ``torch.compile(fullgraph=True, dynamic=False)`` (``"compile"``) or
+captured once into a CUDA graph and replayed (``"cuda-graph"``).
+
+Batch row ``b`` is cache row ``b``: keys and values are read through views of the cache (no
+gather). A bucket covers the requested sequences' rows and pads with the others, which are
+*inactive*: their key, value and position are written back unchanged into cell 0 of their own
+row (``torch.where`` with the value read from that cell), so padding never alters a real sequence
+and needs no spare cache row. Their logits are computed and ignored (possibly NaN for an empty
+row: batch rows never mix). The KV-cache operations mutate ``k``, ``v`` and ``pos`` in place, so
+captured graphs stay valid through ``seq_rm``, ``seq_add``, ``seq_cp`` and context shifts.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from halter.engine.kv_cache import KVCache
+from halter.engine.rope import Rope
+from halter.engine.transformer import Transformer
+
+DECODE_MODES = ("auto", "eager", "static", "compile", "cuda-graph")
+_TOKEN, _POS, _CELL, _ACTIVE, _ORDER = range(5)      # rows of a step's input buffer
+
+
+def resolve_mode(mode: str, device: torch.device) -> str:
+    """The decode mode to use: ``"auto"`` is CUDA graphs on CUDA and eager elsewhere."""
+    if mode not in DECODE_MODES:
+        raise ValueError(f"decode mode {mode!r} not understood (use one of {', '.join(DECODE_MODES)})")
+    if mode == "auto":
+        return "cuda-graph" if device.type == "cuda" else "eager"
+    if mode == "cuda-graph" and device.type != "cuda":
+        raise ValueError(f"decode mode 'cuda-graph' needs a CUDA device; this model is on {device}")
+    return mode
+
+
+def bucket_sizes(n_seq: int) -> list[int]:
+    """Batch buckets for a cache of ``n_seq`` rows: the powers of two below it, and ``n_seq``."""
+    sizes = [1 << i for i in range(n_seq.bit_length()) if (1 << i) < n_seq]
+    return sizes + [n_seq]
+
+
+def static_forward(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   pos_cache: torch.Tensor, inputs: torch.Tensor, rows: torch.Tensor,
+                   out: torch.Tensor) -> None:
+    """One token for each of cache rows ``0..B-1`` (``B = inputs.shape[1]``); logits into ``out``.
+
+    ``inputs [5, B]`` holds per row the token, position, cell, active flag (0/1) and, in its
+    first entries, the output order (unused here). Writes keys, values and positions of the
+    active rows into their cells; inactive rows write back what their cell already holds.
+    """
+    B = inputs.shape[1]
+    tokens, positions, cells = inputs[_TOKEN], inputs[_POS], inputs[_CELL]
+    active = inputs[_ACTIVE].bool()
+    pos_cache[rows, cells] = torch.where(active, positions, pos_cache[rows, cells])
+    cached = pos_cache[:B]                                                     # [B, C]
+    mask = ((cached <= positions[:, None]) & (cached >= 0))[:, None, None, :]  # [B, 1, 1, C]
+    cos, sin = rope.cos_sin(positions[:, None])
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)                              # [B, 1, 1, D/2]
+    keep = active[:, None, None]
+    x = net.tok_embeddings(tokens[:, None])                                    # [B, 1, E]
+    for layer in net.layers:
+        attn = layer.attention
+        q, k, v = attn.project(layer.attention_norm(x), cos, sin, rope)
+        kc, vc = k_cache[attn.layer], v_cache[attn.layer]                       # [S, Hkv, C, D]
+        kc[rows, :, cells] = torch.where(keep, k[:, 0], kc[rows, :, cells])     # [B, Hkv, D]
+        vc[rows, :, cells] = torch.where(keep, v[:, 0], vc[rows, :, cells])
+        h = x + attn.attend(q, kc[:B], vc[:B], mask)
+        x = h + layer.feed_forward(layer.ffn_norm(h))
+    out.copy_(net.output(net.norm(x))[:, 0].float())
+
+
+class StaticStep:
+    """The decode step for bucket ``B``: its input and output buffers and how it is run."""
+
+    def __init__(self, net: Transformer, rope: Rope, cache: KVCache, B: int) -> None:
+        dev = cache.k.device
+        self.B, self.net, self.rope, self.cache = B, net, rope, cache
+        self.inputs = torch.zeros((5, B), dtype=torch.long, device=dev)
+        self.rows = torch.arange(B, device=dev)
+        self.logits = torch.zeros((B, net.config.n_vocab), dtype=torch.float32, device=dev)
+        if dev.type == "cuda":     # pinned staging buffer: one asynchronous copy per step
+            self.host_t = torch.zeros((5, B), dtype=torch.long, pin_memory=True)
+            self.copied: Any = torch.cuda.Event()
+        else:
+            self.host_t, self.copied = self.inputs, None
+        self.host = self.host_t.numpy()
+        self.run: Callable[[], None] = self.forward
+
+    def forward(self) -> None:
+        static_forward(self.net, self.rope, self.cache.k, self.cache.v, self.cache.pos,
+                       self.inputs, self.rows, self.logits)
+
+    def stage(self, tokens: Sequence[int], seq_ids: Sequence[int], positions: np.ndarray,
+              cells: np.ndarray) -> None:
+        """Write this step's inputs (rows not in ``seq_ids`` inactive) and send them to the device."""
+        if self.copied is not None:
+            self.copied.synchronize()       # the previous step's copy has left the pinned buffer
+        h = self.host
+        h[:] = 0
+        h[_TOKEN, seq_ids] = tokens
+        h[_POS, seq_ids] = positions
+        h[_CELL, seq_ids] = cells
+        h[_ACTIVE, seq_ids] = 1
+        h[_ORDER, :len(seq_ids)] = seq_ids
+        if self.copied is not None:
+            self.inputs.copy_(self.host_t, non_blocking=True)
+            self.copied.record()
+
+
+class StaticDecoder:
+    """Runs ``Model.decode``'s one-token steps through ``StaticStep``s in one of the static modes.
+
+    ``mode``: ``"static"`` (the step as is), ``"compile"`` (``torch.compile`` with ``backend``,
+    default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed).
+    """
+
+    def __init__(self, net: Transformer, rope: Rope, cache: KVCache, mode: str,
+                 backend: Any = None) -> None:
+        if mode not in ("static", "compile", "cuda-graph"):
+            raise ValueError(f"StaticDecoder mode must be static, compile or cuda-graph, not {mode!r}")
+        self.net, self.rope, self.cache, self.mode = net, rope, cache, mode
+        self.buckets = bucket_sizes(cache.n_seq)
+        self.steps: dict[int, StaticStep] = {}
+        self._compiled: Any = None
+        if mode == "compile":
+            self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
+                                           backend="inductor" if backend is None else backend)
+        self._pool: Any = None
+
+    def bucket(self, n_rows: int) -> int:
+        """The smallest bucket holding cache rows ``0..n_rows-1``."""
+        return next(b for b in self.buckets if b >= n_rows)
+
+    def step_for(self, B: int) -> StaticStep:
+        """The bucket's step, built (compiled, captured) on first use."""
+        st = self.steps.get(B)
+        if st is None:
+            st = StaticStep(self.net, self.rope, self.cache, B)
+            if self.mode == "compile":
+                compiled = self._compiled
+                args = (self.net, self.rope, self.cache.k, self.cache.v, self.cache.pos,
+                        st.inputs, st.rows, st.logits)
+                with torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.buckets))):
+                    compiled(*args)          # compile now: every row inactive, the cache is unchanged
+                st.run = lambda: compiled(*args)
+            elif self.mode == "cuda-graph":
+                st.run = self._capture(st)
+            self.steps[B] = st
+        return st
+
+    def _capture(self, st: StaticStep) -> Callable[[], None]:
+        """Warm up on a side stream, capture one step into a CUDA graph; returns its replay."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):   # inputs are all zero: every row inactive, cache unchanged
+            for _ in range(3):
+                st.forward()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            st.forward()
+        st.graph = graph                                      # type: ignore[attr-defined]
+        return graph.replay
+
+    def __call__(self, tokens: Sequence[int], seq_ids: Sequence[int], positions: np.ndarray,
+                 cells: np.ndarray) -> torch.Tensor:
+        """Logits ``[len(seq_ids), n_vocab]`` (a new tensor) of one token appended to each sequence.
+
+        ``positions`` and ``cells`` were reserved in the cache already (host side only).
+        """
+        st = self.step_for(self.bucket(max(seq_ids) + 1))
+        st.stage(tokens, seq_ids, positions, cells)
+        st.run()
+        return st.logits.index_select(0, st.inputs[_ORDER, :len(seq_ids)])

@@ -1,0 +1,219 @@
+"""The static-shape decode step: same logits and generations as eager, compiled and captured."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.engine_fixtures import Greedy, tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
+from halter.engine import Model
+from halter.engine.generation import Request, Timings, shift_context
+from halter.engine.static_decode import bucket_sizes, resolve_mode
+
+PROMPT = [104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100]          # "hello world"
+GRAMMAR = 'root ::= "{\\"n\\": " [1-9] [0-9]* "}"'
+
+
+def _tokens(n: int, seed: int = 0) -> list[int]:
+    return np.random.default_rng(seed).integers(0, 300, n).tolist()
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
+    return ((a - b).norm() / b.norm()).item() < tol
+
+
+def _pair(directory: str, arch: str = "llama", mode: str = "static", **kw) -> tuple[Model, Model]:
+    path = tiny_path(directory, arch, "F32")
+    return tuple(Model.load(path, device="cpu", n_ctx=64, n_seq_max=4, progress=False, decode=d, **kw)
+                 for d in ("eager", mode))                                  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="module")
+def static_llama(tiny_gguf_dir: str) -> Model:
+    return Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu", n_ctx=64, n_seq_max=4,
+                      progress=False, decode="static")
+
+
+@pytest.fixture
+def models(tiny_llama: Model, static_llama: Model) -> tuple[Model, Model]:
+    for m in (tiny_llama, static_llama):
+        m.cache.clear()
+    return tiny_llama, static_llama
+
+
+def _both(models: tuple[Model, Model], fn) -> list:
+    return [fn(m) for m in models]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_static_step_gives_the_eager_logits_and_cache(tiny_gguf_dir: str, arch: str) -> None:
+    eager, static = _pair(tiny_gguf_dir, arch)
+    assert (eager.decode_mode, static.decode_mode) == ("eager", "static")
+    for m in (eager, static):
+        m.eval_prompt(_tokens(9, 1), 0)
+        m.eval_prompt(_tokens(5, 2), 2)
+    for step in range(4):          # rows out of order, a bucket of 4 with rows 1 and 3 padding
+        a, b = eager.decode([[3 + step], [4]], [2, 0]), static.decode([[3 + step], [4]], [2, 0])
+        assert b.shape == (2, eager.n_vocab) and _close(b, a)
+    a, b = eager.decode([[7]], [2]), static.decode([[7]], [2])
+    assert _close(b, a)
+    assert (static.cache.pos == eager.cache.pos).all()
+    assert torch.allclose(static.cache.k, eager.cache.k, atol=1e-5)
+    assert torch.allclose(static.cache.v, eager.cache.v, atol=1e-5)
+
+
+def test_padding_rows_are_left_untouched(models: tuple[Model, Model]) -> None:
+    _, static = models
+    static.eval_prompt(_tokens(64, 3), 0)                     # row 0 full: no free cell at all
+    static.eval_prompt(_tokens(6, 4), 2)                      # row 3 stays empty
+    c = static.cache
+    before = [(c.k[:, r].clone(), c.v[:, r].clone(), c.pos[r].clone()) for r in (0, 3)]
+    static.decode([[5]], [1])                                 # bucket 2: row 0 pads
+    static.decode([[5]], [2])                                 # bucket 4: rows 0, 1, 3 pad
+    for r, (k, v, pos) in zip((0, 3), before):
+        assert torch.equal(c.k[:, r], k) and torch.equal(c.v[:, r], v) and torch.equal(c.pos[r], pos)
+    assert static.cache.n_tokens(0) == 64 and static.cache.n_tokens(3) == 0
+    assert static.cache.seq_positions(1).tolist() == [0] and static.cache.n_tokens(2) == 7
+
+
+def test_static_logits_after_sequence_operations(models: tuple[Model, Model]) -> None:
+    ids = _tokens(40, 5)
+
+    def run(m: Model) -> list[torch.Tensor]:
+        out = []
+        m.eval_prompt(ids[:20], 0)
+        m.cache.seq_cp(0, 1, 0, 12)
+        out.append(m.decode([[ids[20]], [ids[12]]], [0, 1]))
+        m.cache.seq_rm(0, 5, 9)
+        m.cache.seq_add(0, 9, None, -4)
+        out.append(m.decode([[ids[21]]], [0]))
+        m.eval_prompt(ids[:38] + ids[:26], 3)                 # 64 tokens: full
+        shift_context(m, 3, 4, Timings())
+        out.append(m.decode([[ids[22]], [ids[23]], [ids[24]]], [3, 1, 0]))
+        return out
+
+    for a, b in zip(*_both(models, run)):
+        assert _close(b, a)
+
+
+def test_cache_operations_never_reallocate(models: tuple[Model, Model]) -> None:
+    _, m = models
+    c = m.cache
+    ptrs = [t.data_ptr() for t in (c.k, c.v, c.pos)]
+    m.eval_prompt(_tokens(64, 6), 0)
+    m.decode([[1]], [1])
+    shift_context(m, 0, 4, Timings())
+    c.seq_cp(0, 2)
+    c.seq_rm(2, 3, 10)
+    c.seq_add(2, 0, None, 5)
+    c.clear(1)
+    c.clear()
+    assert [t.data_ptr() for t in (c.k, c.v, c.pos)] == ptrs
+
+
+def test_generations_are_identical_to_eager(models: tuple[Model, Model]) -> None:
+    eos = models[0].vocab.eos_id
+
+    class NoEnd(Greedy):
+        def sample(self, logits) -> int:
+            logits = np.array(logits)
+            logits[eos] = -np.inf
+            return int(logits.argmax())
+
+    cases = [
+        dict(max_tokens=30, sampler=Greedy()),
+        dict(max_tokens=120, sampler=NoEnd(), n_keep=3),                       # context shifts
+        dict(max_tokens=12, temperature=1.0, seed=3, cfg_negative_prompt=[110, 111], cfg_scale=1.5),
+        dict(max_tokens=20, temperature=1.0, seed=4, grammar=GRAMMAR),
+        dict(max_tokens=20, sampler=Greedy(), grammar=GRAMMAR, grammar_first=True),
+    ]
+    for kw in cases:
+        a, b = _both(models, lambda m: m.generate(PROMPT, **kw))
+        assert (b.tokens, b.text, b.finish_reason) == (a.tokens, a.text, a.finish_reason), kw
+    assert b.timings.generated_tokens > 0
+    shifted = models[1].generate(PROMPT, max_tokens=120, sampler=NoEnd(), n_keep=3)
+    assert shifted.timings.context_shifts >= 2
+
+
+def test_batched_requests_are_identical_to_eager(models: tuple[Model, Model]) -> None:
+    requests = [
+        Request(PROMPT, max_tokens=12, seed=1, sampling_fields={"temperature": 1.0}),
+        Request(PROMPT[:5], max_tokens=9, seed=2, sampling_fields={"temperature": 1.0},
+                cfg_negative_prompt=[110, 111, 112], cfg_scale=1.5),
+        Request([97, 98], max_tokens=20, seed=3, grammar=GRAMMAR, sampling_fields={"temperature": 1.0}),
+        Request(PROMPT[3:], max_tokens=15, seed=5, stop=["e"]),
+        Request([120, 121], max_tokens=25, seed=6),
+    ]                               # 6 sequences on 4 rows: two chunks, rows finish at different steps
+    a, b = _both(models, lambda m: m.generate_batch(requests))
+    assert [(r.tokens, r.finish_reason) for r in b] == [(r.tokens, r.finish_reason) for r in a]
+
+
+def test_compiled_step_has_no_graph_break_nor_recompiles(tiny_gguf_dir: str) -> None:
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    eager, compiled = _pair(tiny_gguf_dir)
+    compiled.set_decode("compile", backend=counter)
+    assert compiled.decode_mode == "compile"
+    for m in (eager, compiled):
+        m.eval_prompt(_tokens(7, 8), 0)
+        m.eval_prompt(_tokens(4, 9), 1)
+    for step in range(5):                          # bucket 2 only: compiled once
+        a, b = eager.decode([[10 + step], [20]], [0, 1]), compiled.decode([[10 + step], [20]], [0, 1])
+        assert _close(b, a)
+    assert counter.frame_count == 1
+    eager.cache.seq_rm(0, 2, 4)
+    compiled.cache.seq_rm(0, 2, 4)
+    assert _close(compiled.decode([[3], [4]], [1, 0]), eager.decode([[3], [4]], [1, 0]))
+    assert _close(compiled.decode([[5]], [0]), eager.decode([[5]], [0]))   # bucket 1: second graph
+    assert counter.frame_count == 2
+    res_a = eager.generate(PROMPT, max_tokens=10, sampler=Greedy(), seq_id=1)
+    res_b = compiled.generate(PROMPT, max_tokens=10, sampler=Greedy(), seq_id=1)
+    assert res_a.tokens == res_b.tokens and counter.frame_count == 2     # bucket 2 again
+
+
+def test_modes_resolve_and_bad_ones_are_refused(static_llama: Model) -> None:
+    assert resolve_mode("auto", torch.device("cpu")) == "eager"
+    assert resolve_mode("auto", torch.device("cuda")) == "cuda-graph"
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        resolve_mode("cuda-graph", torch.device("cpu"))
+    with pytest.raises(ValueError, match="decode mode 'fast' not understood"):
+        static_llama.set_decode("fast")
+    assert static_llama.decode_mode == "static"
+    assert bucket_sizes(1) == [1] and bucket_sizes(4) == [1, 2, 4] and bucket_sizes(6) == [1, 2, 4, 6]
+    assert bucket_sizes(16) == [1, 2, 4, 8, 16]
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+def test_cuda_graph_decode_equals_eager_on_cuda(tiny_gguf_dir: str) -> None:
+    path = tiny_path(tiny_gguf_dir, "llama", "F32")
+    eager, graph = (Model.load(path, device="cuda", dtype="f32", n_ctx=64, n_seq_max=4,
+                               progress=False, decode=d) for d in ("eager", "cuda-graph"))
+    assert graph.decode_mode == "cuda-graph"
+    for m in (eager, graph):
+        m.eval_prompt(_tokens(9, 1), 0)
+        m.eval_prompt(_tokens(5, 2), 2)
+    for step in range(3):
+        assert _close(graph.decode([[3 + step], [4]], [2, 0]), eager.decode([[3 + step], [4]], [2, 0]))
+    for m in (eager, graph):                    # sequence ops mutate the captured tensors in place
+        m.cache.seq_rm(0, 2, 5)
+        m.cache.seq_add(0, 5, None, -3)
+    assert _close(graph.decode([[9]], [0]), eager.decode([[9]], [0]))
+    assert sorted(graph._static.steps) == [1, 4]
+
+
+@cuda
+def test_cuda_graph_generations_equal_eager_on_cuda(tiny_gguf_dir: str) -> None:
+    path = tiny_path(tiny_gguf_dir, "llama", "F32")
+    eager, graph = (Model.load(path, device="cuda", dtype="f32", n_ctx=64, n_seq_max=4,
+                               progress=False, decode=d) for d in ("eager", "cuda-graph"))
+    requests = [Request(PROMPT, max_tokens=100, sampler=Greedy(), n_keep=3),
+                Request(PROMPT[:4], max_tokens=9, seed=2, sampling_fields={"temperature": 1.0},
+                        cfg_negative_prompt=[110, 111], cfg_scale=1.5),
+                Request([97, 98], max_tokens=20, seed=3, grammar=GRAMMAR, sampling_fields={"temperature": 1.0})]
+    a, b = eager.generate_batch(requests), graph.generate_batch(requests)
+    assert [(r.tokens, r.finish_reason) for r in b] == [(r.tokens, r.finish_reason) for r in a]
