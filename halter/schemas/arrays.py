@@ -4,7 +4,8 @@
 ``contains`` is regular: ``[ (item ,)* match (, item)* ]`` where ``match`` is an item that also
 matches the ``contains`` schema (``minContains`` = m repeats the ``match`` part m times). It is
 exact without prefix items, without ``maxContains`` and when ``minItems`` <= m and there is no
-``maxItems``; other combinations are reported as unsupported.
+``maxItems``; other combinations are reported as unsupported. ``uniqueItems`` is exact when the
+items have a few possible values (``unique_items``), otherwise reported.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from halter.grammar.ast import Expr, Literal, Repeat, RuleRef, alt
 from halter.schemas import logic
 from halter.schemas.json_text import cat
+from halter.schemas.unique_items import unique_array
 
 if TYPE_CHECKING:
     from halter.schemas.converter import Converter
@@ -33,6 +35,13 @@ def array_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | Non
     lo = int(s.get("minItems", 0))
     hi = s.get("maxItems")
     hi = None if hi is None else int(hi)
+    if s.get("uniqueItems") is True and not (hi is not None and hi <= 1):
+        got = None if "contains" in s else unique_array(conv, prefix_schemas, rest_schema, lo, hi, ptr, base)
+        if got is None or not got[1]:
+            conv.unsupported("uniqueItems", ptr, "uniqueness of items is not context-free (enforced only "
+                                                 "among items with a few possible values)")
+        if got is not None:
+            return got[0]
     prefix = [conv.visit(p, f"{ptr}/{prefix_key}/{i}", base) for i, p in enumerate(prefix_schemas)]
     rest = conv.visit(rest_schema, f"{ptr}/{rest_key}", base)
     # the longest possible array: a position no value can take ends it

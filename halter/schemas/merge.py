@@ -103,7 +103,7 @@ def merge(a: dict, b: dict) -> dict | bool:
             if _canon(x) != _canon(y):
                 return False
             out[k] = x
-        elif k in ("properties", "patternProperties", "dependentRequired"):
+        elif k in ("properties", "patternProperties", "dependentRequired") or k in _ITEM_KEYS:
             continue   # handled below
         elif k in ("x-halter-not-strings", "x-halter-not-multiples", "x-halter-multiples"):
             out[k] = list(dict.fromkeys([*out.get(k, []), *x, *y]))
@@ -113,11 +113,6 @@ def merge(a: dict, b: dict) -> dict | bool:
             out[k] = x
         elif k in SUBSCHEMA_KEYS and isinstance(x, (dict, bool)) and isinstance(y, (dict, bool)):
             out[k] = _both(x, y)
-        elif k in ("prefixItems", "items") and isinstance(x, list) and isinstance(y, list):
-            rest_key = "items" if k == "prefixItems" else "additionalItems"
-            n = max(len(x), len(y))
-            out[k] = [_both(x[i] if i < len(x) else a.get(rest_key, True),
-                            y[i] if i < len(y) else b.get(rest_key, True)) for i in range(n)]
         elif k == "multipleOf" and _is_int(x) and _is_int(y):
             out[k] = x * y // math.gcd(int(x), int(y))
         elif k == "multipleOf":          # decimal divisors: both apply (the converter intersects)
@@ -132,7 +127,7 @@ def merge(a: dict, b: dict) -> dict | bool:
             out[k] = x
             conflicts.append(k)
     for k in keys:
-        if k in ANNOTATIONS or k in out or k == "type":
+        if k in ANNOTATIONS or k in out or k == "type" or k in _ITEM_KEYS:
             continue
         if k in a and k not in b:
             out[k] = a[k]
@@ -159,6 +154,8 @@ def merge(a: dict, b: dict) -> dict | bool:
             out["additionalProperties"] = add
         else:
             out.pop("additionalProperties", None)
+    if any(k in a or k in b for k in _ITEM_KEYS):
+        _merge_items(a, b, out)
     if "patternProperties" in a or "patternProperties" in b:
         pp = dict(a.get("patternProperties") or {})
         for pat, s in (b.get("patternProperties") or {}).items():
@@ -172,6 +169,40 @@ def merge(a: dict, b: dict) -> dict | bool:
     if conflicts:
         out["x-halter-conflicts"] = sorted(set(conflicts) | set(a.get("x-halter-conflicts", [])))
     return out
+
+
+_ITEM_KEYS = ("items", "prefixItems", "additionalItems")
+
+
+def _positions(s: dict) -> tuple[bool, list, Any]:
+    """(draft-7 tuple form?, the schemas of the first positions, the schema of every later one).
+
+    ``items`` next to ``prefixItems`` (2020-12) and ``additionalItems`` next to an ``items`` list
+    (draft 7) apply after that schema's *own* prefix only; alone, ``items`` applies to every item."""
+    if isinstance(s.get("items"), list):
+        return True, s["items"], s.get("additionalItems", True)
+    return False, list(s.get("prefixItems") or []), s.get("items", True)
+
+
+def _merge_items(a: dict, b: dict, out: dict) -> None:
+    """The item keywords of ``allOf: [a, b]``, position by position."""
+    old_a, pa, ra = _positions(a)
+    old_b, pb, rb = _positions(b)
+    n = max(len(pa), len(pb))
+    prefix = [_both(pa[i] if i < len(pa) else ra, pb[i] if i < len(pb) else rb) for i in range(n)]
+    rest = _both(ra, rb)
+    if old_a or old_b:
+        if prefix or (isinstance(a.get("items"), list) or isinstance(b.get("items"), list)):
+            out["items"] = prefix
+            if rest is not True:
+                out["additionalItems"] = rest
+        elif rest is not True:
+            out["items"] = rest
+        return
+    if prefix:
+        out["prefixItems"] = prefix
+    if rest is not True:
+        out["items"] = rest
 
 
 def _is_int(v: Any) -> bool:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import math
-from fractions import Fraction as Ratio
 from decimal import Decimal
+from fractions import Fraction as Ratio
 from typing import TYPE_CHECKING, Any
 
 from halter.errors import SchemaError
@@ -16,8 +16,9 @@ from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas import merge as merging
 from halter.schemas.json_text import cat
 from halter.schemas.decimal_dfa import Fraction, TooLarge, intersect, multiple_factor
-from halter.schemas.json_text import DIGIT, NONZERO
+from halter.schemas.json_text import DIGIT, NEVER, NONZERO
 from halter.schemas.numbers import ZERO_FRACTION, decimal_bounds, integer_bounds, integer_range, number_range
+from halter.schemas.refs import DEFAULT_BASE
 
 if TYPE_CHECKING:
     from halter.schemas.converter import Converter
@@ -47,7 +48,7 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
             ok = True
         if ok:
             kept.append(v)
-    opts = [literal(conv, v) for v in kept]
+    opts = [literal(conv, v, ptr) for v in kept]
     return conv.rules.add(conv.hint(ptr), alt(*opts)) if opts else None
 
 
@@ -60,7 +61,7 @@ def _is_multiple(v: Any, d: Any) -> bool:
     return (Ratio(repr(v)) / Ratio(repr(d))).denominator == 1
 
 
-def literal(conv: "Converter", v: Any) -> Expr:
+def literal(conv: "Converter", v: Any, ptr: str = "") -> Expr:
     """The JSON texts of the value ``v`` (numbers in any equal spelling: 1, 1.0, -0)."""
     js, ws = conv.js, conv.js.ws()
     if v is None or isinstance(v, bool):
@@ -77,7 +78,7 @@ def literal(conv: "Converter", v: Any) -> Expr:
     if isinstance(v, list):
         if not v:
             return cat(js.tok("["), Literal("]"))
-        items = [cat(literal(conv, x), ws) for x in v]
+        items = [cat(literal(conv, x, f"{ptr}/{i}"), ws) for i, x in enumerate(v)]
         body = [items[0]]
         for it in items[1:]:
             body += [js.tok(","), it]
@@ -85,11 +86,11 @@ def literal(conv: "Converter", v: Any) -> Expr:
     if isinstance(v, dict):
         if not v:
             return cat(js.tok("{"), Literal("}"))
-        members = [cat(js.quoted(k), ws, js.tok(":"), literal(conv, x), ws) for k, x in v.items()]
-        body = [members[0]]
-        for m in members[1:]:
-            body += [js.tok(","), m]
-        return cat(js.tok("{"), *body, Literal("}"))
+        # members in any order, each exactly once: the object builder tracks which were written
+        as_schema = {"type": "object", "properties": {k: {"enum": [x]} for k, x in v.items()},
+                     "required": list(v), "additionalProperties": False}
+        got = conv.visit(as_schema, ptr + "/const", DEFAULT_BASE)    # no $ref inside
+        return got if got is not None else NEVER
     raise SchemaError(f"not a JSON value: {v!r}", "", "enum")
 
 

@@ -1,0 +1,90 @@
+"""Exactness fixes checked against python-jsonschema: object constants in any key order, item
+keywords merged across ``allOf``, ``uniqueItems`` over small value sets, escaped property names."""
+from __future__ import annotations
+
+import json
+import random
+import warnings
+
+import jsonschema
+import pytest
+
+from halter.grammar import Grammar
+from halter.grammar.random_text import random_text
+from halter.schemas import SchemaWarning, json_schema_to_gbnf, schema_to_rules
+
+D7 = "http://json-schema.org/draft-07/schema#"
+
+# (schema, valid, invalid); every schema compiles in strict mode (so nothing is dropped)
+CASES = [
+    ({"const": {"foo": "bar", "baz": "bax"}},
+     [{"foo": "bar", "baz": "bax"}, {"baz": "bax", "foo": "bar"}],
+     [{"foo": "bar"}, {"foo": "bar", "baz": "bax", "x": 1}, {"baz": "bar", "foo": "bax"}]),
+    ({"enum": [{"a": {"x": 1, "y": [1, {"p": None, "q": 2}]}, "b": 2}, [{"k": 1, "j": 2}]]},
+     [{"b": 2, "a": {"y": [1.0, {"q": 2, "p": None}], "x": 1}}, [{"j": 2, "k": 1}]],
+     [{"b": 2, "a": {"y": [{"q": 2, "p": None}, 1], "x": 1}}, [{"j": 2}], {"a": 1, "b": 2}]),
+    ({"items": {"minimum": 5}, "allOf": [{"prefixItems": [{"minimum": 3}]}]},
+     [[5, 5], [6], []], [[3, 5], [5, 4]]),
+    ({"prefixItems": [{"type": "integer"}], "items": {"type": "string"},
+      "allOf": [{"prefixItems": [{"minimum": 0}, {"maxLength": 2}]}]},
+     [[1, "ab", "xyz"], [0]], [[-1], [1, "abc"], [1, 2]]),
+    ({"$schema": D7, "items": {"type": "integer"}, "allOf": [{"items": [{"minimum": 3}], "additionalItems": {"maximum": 0}}]},
+     [[3, 0, -1], [4]], [[2], [3, 1], [3, "a"]]),
+    ({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True},
+     [[], [True], [False, True]], [[False, False], [True, False, True]]),
+    ({"type": "array", "items": {"enum": ["a", "b", 1, None]}, "uniqueItems": True, "minItems": 2},
+     [["a", 1], [None, "b", "a", 1]], [["a"], ["a", "a"], [1, 1.0], ["a", "b", "a"]]),
+    ({"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "boolean"}], "items": False, "uniqueItems": True},
+     [[False, True], [True]], [[False, False], [True, True], [True, False, True]]),
+    ({"$schema": D7, "items": [{"type": "boolean"}, {"type": "null"}], "additionalItems": {"type": "integer", "minimum": 0,
+      "maximum": 2}, "uniqueItems": True}, [[True, None, 0, 2], [False]], [[True, None, 1, 1], [True, True]]),
+    ({"dependentSchemas": {"foo\tbar": {"required": ["x\"y"]}, "foo'bar": {"properties": {"a\u00e9": {"type": "integer"}}}}},
+     [{"foo\tbar": 1, "x\"y": 2}, {"foo'bar": 1, "a\u00e9": 2}, {"a": 1, "b": 2}],
+     [{"foo\tbar": 1}, {"foo'bar": 1, "a\u00e9": "x"}, {"foo\tbar": 1, "x\"z": 2}]),
+]
+
+
+def _texts(v):
+    return {json.dumps(v), json.dumps(v, separators=(",", ":")), json.dumps(v, ensure_ascii=False)}
+
+
+@pytest.mark.parametrize("schema,valid,invalid", CASES, ids=[json.dumps(c[0])[:40] for c in CASES])
+def test_grammar_agrees_with_jsonschema(schema, valid, invalid):
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
+    for v in valid:
+        assert validator.is_valid(v), v
+        for t in _texts(v):
+            assert g.matches(t), f"valid instance rejected: {t}"
+    for v in invalid:
+        assert not validator.is_valid(v), v
+        for t in _texts(v):
+            assert not g.matches(t), f"invalid instance accepted: {t}"
+
+
+@pytest.mark.parametrize("schema", [c[0] for c in CASES], ids=[json.dumps(c[0])[:40] for c in CASES])
+def test_random_instances_are_valid(schema):
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    rules = schema_to_rules(schema, strict=True)
+    rng = random.Random(5)
+    for _ in range(30):
+        text = random_text(rules, "root", rng)
+        assert validator.is_valid(json.loads(text)), text
+
+
+def test_unique_items_with_a_finite_prefix_only_is_a_warned_superset():
+    """Booleans first, then any items: the prefix is kept duplicate-free, the rest is not checked."""
+    schema = {"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "boolean"}], "uniqueItems": True}
+    with pytest.warns(SchemaWarning, match="uniqueItems"):
+        g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
+    assert g.matches('[false, true, "foo", "bar"]') and g.matches("[true]")
+    assert not g.matches("[false, false]") and not g.matches('[true, true, "foo"]')
+    assert g.matches('[true, false, "foo", "foo"]')        # the documented superset
+
+
+def test_unique_items_over_large_domains_still_warns():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        json_schema_to_gbnf({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True})
+    with pytest.warns(SchemaWarning, match="uniqueItems"):
+        json_schema_to_gbnf({"type": "array", "items": {"enum": list(range(9))}, "uniqueItems": True})
