@@ -232,9 +232,6 @@ class Converter:
             self.unsupported(kw, ptr, "allOf combines two different values of this keyword")
         if "dependencies" in s and any(not isinstance(v, list) for v in s["dependencies"].values()):
             self.unsupported("dependencies", ptr, "schema dependencies need negation")
-        if s.get("uniqueItems") is True and not (isinstance(s.get("maxItems"), int) and s["maxItems"] <= 1):
-            if self._may_be("array", s):
-                self.unsupported("uniqueItems", ptr, "uniqueness of items is not context-free")
         if "const" in s or "enum" in s:
             return values_grammar(self, s, ptr)
         if not set(s) - merging.ANNOTATIONS:
