@@ -18,7 +18,7 @@ from jsonschema import validators
 
 from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar.ast import Expr, Literal, RuleRef, alt, format_grammar
-from halter.schemas import logic, one_of
+from halter.schemas import logic, one_of, unevaluated
 from halter.schemas import merge as merging
 from halter.schemas.arrays import array_grammar
 from halter.schemas.json_text import NEVER, JsonText
@@ -113,12 +113,11 @@ class Converter:
             raise UnsupportedSchemaError("allOf/$ref nesting too deep (recursive allOf?)", "#" + ptr, "allOf")
         ident = schema.get("$id", schema.get("id") if self.draft == "draft4" else None)
         if isinstance(ident, str) and self.draft != "draft4" and not (self.draft in ("draft6", "draft7") and "$ref" in schema):
-            from urllib.parse import urldefrag, urljoin
-            base = urldefrag(urljoin(base, ident))[0] or base
+            base = self.index.enter_id(base, ident)
+        schema = unevaluated.prepare(self, schema, ptr, base)     # $dynamicRef, unevaluated*
+        if not isinstance(schema, dict):
+            return self.alternatives(schema, ptr, base, inline)
         ref = schema.get("$ref")
-        if "$dynamicRef" in schema or "$recursiveRef" in schema:
-            key = "$dynamicRef" if "$dynamicRef" in schema else "$recursiveRef"
-            self.unsupported(key, ptr, "dynamic references are not supported")
         if isinstance(ref, str):
             only_ref = self.draft in ("draft4", "draft6", "draft7") or not (set(schema) - _CONSTRAINT_FREE)
             if only_ref and not inline:
@@ -132,6 +131,7 @@ class Converter:
             conjuncts.append(self.alternatives(sub, ptr, base, inline=True))
         if isinstance(ref, str):
             target, tbase, tptr = self.index.resolve(ref, base, "#" + ptr)
+            target = self._relocated(target, tbase, base, ptr)
             if tptr in self._inlining:
                 raise UnsupportedSchemaError("a $ref that recurses through allOf/sibling keywords",
                                              "#" + ptr, "$ref")
@@ -191,6 +191,7 @@ class Converter:
     def _inline(self, alt_ref: tuple) -> list[tuple]:
         _, ref, base, ptr = alt_ref
         target, tbase, tptr = self.index.resolve(ref, base, "#" + ptr)
+        target = self._relocated(target, tbase, base, ptr)
         if tptr in self._inlining:
             raise UnsupportedSchemaError("a $ref that recurses through allOf", "#" + ptr, "$ref")
         self._inlining.append(tptr)
@@ -201,13 +202,19 @@ class Converter:
         finally:
             self._inlining.pop()
 
+    def _relocated(self, target: Any, tbase: str, base: str, ptr: str) -> Any:
+        """An inlined target's references must not depend on the base its merge is visited at."""
+        if self.draft in ("draft4", "draft6", "draft7"):
+            return target
+        return self.index.relocate(target, tbase, "#" + ptr, into=base)
+
     def _overlap(self, ptr: str) -> None:
         self.unsupported("oneOf", ptr, "branches may overlap and exactly-one cannot be enforced "
                                        "(lenient mode treats it as anyOf)")
 
     def ref_rule(self, ref: str, base: str, ptr: str) -> Expr | None:
         target, tbase, tptr = self.index.resolve(ref, base, "#" + ptr)
-        key = tbase + "#" + tptr
+        key = tbase + "#" + tptr + self.index.scope_key(tbase)
         if key in self.ref_rules:
             return self.ref_rules[key]
         name = self.rules.reserve(self.hint(tptr) if tptr else "root-ref")
