@@ -1,0 +1,80 @@
+"""``$dynamicRef``/``$dynamicAnchor`` (and draft 2019's ``$recursiveRef``) resolved at conversion time.
+
+Each schema compiles in strict mode; hand-written instances carry their verdict, which
+python-jsonschema must confirm and the grammar must give.
+"""
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from halter.grammar import Grammar
+
+D2020 = "https://json-schema.org/draft/2020-12/schema"
+
+# A generic tree whose nodes are "whatever $dynamicAnchor node means where the tree is used".
+TREE = {"$id": "https://example.com/tree", "$dynamicAnchor": "node", "type": "object",
+        "properties": {"data": True, "children": {"type": "array", "items": {"$dynamicRef": "#node"}}}}
+STRICT_TREE = {"$schema": D2020, "$id": "https://example.com/strict-tree", "$dynamicAnchor": "node",
+               "$ref": "tree", "unevaluatedProperties": False, "$defs": {"tree": TREE}}
+
+# A generic list whose item type each user of it chooses.
+LISTS = {"$schema": D2020, "$id": "https://example.com/lists", "type": "object",
+         "properties": {"numbers": {"$ref": "numberList"}, "strings": {"$ref": "stringList"},
+                        "anything": {"$ref": "genericList"}},
+         "$defs": {"genericList": {"$id": "genericList", "type": "array", "items": {"$dynamicRef": "#itemType"},
+                                   "$defs": {"default": {"$dynamicAnchor": "itemType"}}},
+                   "numberList": {"$id": "numberList", "$ref": "genericList",
+                                  "$defs": {"itemType": {"$dynamicAnchor": "itemType", "type": "number"}}},
+                   "stringList": {"$id": "stringList", "$ref": "genericList",
+                                  "$defs": {"itemType": {"$dynamicAnchor": "itemType", "type": "string"}}}}}
+
+CASES = [
+    # the overriding anchor applies at every depth of the tree
+    (STRICT_TREE, [({"data": 1, "children": [{"data": 2, "children": []}]}, True),
+                   ({"children": [{"daat": 1}]}, False), ({"daat": 1}, False), ({}, True),
+                   ({"children": [{"children": [{"data": [1], "extra": 0}]}]}, False)]),
+    # the same tree used directly still allows extra keys: a second resolution, a second rule
+    ({"$schema": D2020, "$id": "https://example.com/both", "type": "object",
+      "properties": {"strict": {"$ref": "strict-tree"}, "loose": {"$ref": "tree"}},
+      "$defs": {"strict": STRICT_TREE, "tree": TREE}},
+     [({"loose": {"children": [{"extra": 1}]}}, True), ({"strict": {"children": [{"extra": 1}]}}, False),
+      ({"strict": {"children": [{"data": 1}]}, "loose": {"x": {}}}, True)]),
+    (LISTS, [({"numbers": [1, 2.5], "strings": ["a"]}, True), ({"numbers": ["a"]}, False),
+             ({"strings": [1]}, False), ({"anything": [1, "a", None]}, True)]),
+    # without the bookend (no matching $dynamicAnchor where it first lands) it is a plain $ref
+    ({"$schema": D2020, "$id": "https://example.com/no-bookend", "$dynamicAnchor": "n", "type": "object",
+      "properties": {"k": {"$ref": "inner"}},
+      "$defs": {"inner": {"$id": "inner", "properties": {"v": {"$dynamicRef": "#n"}},
+                          "$defs": {"n": {"$anchor": "n", "type": "integer"}}}}},
+     [({"k": {"v": 1}}, True), ({"k": {"v": {}}}, False)]),
+    # $dynamicRef to a JSON pointer behaves like $ref
+    ({"$schema": D2020, "properties": {"a": {"$dynamicRef": "#/$defs/s"}}, "$defs": {"s": {"type": "string"}}},
+     [({"a": "x"}, True), ({"a": 1}, False)]),
+]
+
+
+def _check(schema: dict, instances: list, validator_class=jsonschema.Draft202012Validator) -> None:
+    validator = validator_class(schema)
+    g = Grammar.from_json_schema(schema, strict=True)
+    for instance, valid in instances:
+        assert validator.is_valid(instance) == valid, f"test data: {instance!r}"
+        for text in (json.dumps(instance), json.dumps(instance, separators=(",", ":"))):
+            assert g.matches(text) == valid, f"{text} under {json.dumps(schema)}"
+
+
+@pytest.mark.parametrize("schema,instances", CASES, ids=range(len(CASES)))
+def test_dynamic_ref_resolves_in_the_dynamic_scope(schema, instances):
+    _check(schema, instances)
+
+
+def test_recursive_ref_extends_a_tree_in_draft_2019():
+    schema = {"$schema": "https://json-schema.org/draft/2019-09/schema", "$id": "https://example.com/strict",
+              "$recursiveAnchor": True, "$ref": "tree", "unevaluatedProperties": False,
+              "$defs": {"tree": {"$id": "tree", "$recursiveAnchor": True, "type": "object",
+                                 "properties": {"data": True,
+                                                "children": {"type": "array", "items": {"$recursiveRef": "#"}}}}}}
+    _check(schema, [({"children": [{"data": 1}]}, True), ({"children": [{"daat": 1}]}, False)],
+           jsonschema.Draft201909Validator)
