@@ -75,6 +75,8 @@ class Converter:
             raise UnsupportedSchemaError(f"{keyword!r} cannot be enforced by a grammar: {why}",
                                          where, keyword)
         msg = f"{keyword!r} at {where} ignored: {why}"
+        if msg in self.warnings:    # e.g. a $ref'd definition is converted once per use
+            return
         self.warnings.append(msg)
         warnings.warn(msg, SchemaWarning, stacklevel=4)
 
