@@ -1,25 +1,16 @@
 """String ``format``s as regular expressions (RFC 3339 dates, RFC 3986 URIs, IP addresses, ...).
 
 Each format is written as an ECMAScript regex and compiled by ``regex.py`` like any pattern.
-Known departures: leap seconds (``23:59:60``) are only accepted written in UTC (a local time with
-a non-zero offset is rejected); hostnames are not checked against the 253-character total or IDNA
-(``xn--``) rules; e-mail and URI grammars follow the RFCs' ASCII syntax.
+Dates and times are in format_datetime.py, the ``regex`` format in format_regex.py. Known
+departures: leap seconds only with quarter-hour offsets (format_datetime.py); hostnames are not
+checked against the 253-character total or IDNA (``xn--``) rules; e-mail and URI grammars follow
+the RFCs' ASCII syntax, ``idn-email`` is a superset (RFC 6531 local part @ an ``idn-hostname``).
 """
 from __future__ import annotations
 
-_D = r"[0-9]"
-_YEAR = _D + "{4}"
-_LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
-DATE = (rf"(?:{_YEAR}-(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
-        rf"|{_YEAR}-(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
-        rf"|{_YEAR}-02-(?:0[1-9]|1[0-9]|2[0-8])"
-        rf"|{_LEAP}-02-29)")
-_HHMM = "(?:[01][0-9]|2[0-3]):[0-5][0-9]"
-_FRAC = r"(?:\.[0-9]+)?"
-# a leap second is 23:59:60 UTC; it is only accepted written in UTC (Z or +-00:00)
-TIME = (rf"(?:{_HHMM}:[0-5][0-9]{_FRAC}(?:[Zz]|[+-]{_HHMM})"
-        rf"|23:59:60{_FRAC}(?:[Zz]|[+-]00:00))")
-DATE_TIME = DATE + "[Tt]" + TIME
+from halter.schemas.format_datetime import DATE, DATE_TIME, TIME
+from halter.schemas.format_regex import REGEX
+
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 _H16 = "[0-9A-Fa-f]{1,4}"
@@ -80,8 +71,9 @@ _DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
 DURATION = (rf"P(?:[0-9]+W|(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)"
             rf"(?:{_DUR_TIME})?|{_DUR_TIME})")
 
-# RFC 6570 level 4 (the noncharacters at the end of each supplementary plane are not excluded)
-_UT_LITERAL = (r"(?:[!#$&()*+,\-./0-9:;=?@A-Z\[\]_a-z~\u00A0-\uD7FF\uE000-\uFDCF\uFDF0-\uFFEF"
+# RFC 6570 level 4 with erratum 6937 (literals %x26-3B, so "'" is allowed); the noncharacters at
+# the end of each supplementary plane are not excluded
+_UT_LITERAL = (r"(?:[!#$&-;=?@A-Z\[\]_a-z~\u00A0-\uD7FF\uE000-\uFDCF\uFDF0-\uFFEF"
                r"\u{10000}-\u{10FFFD}]|%[0-9A-Fa-f]{2})")
 _UT_VARCHAR = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})"
 _UT_VARSPEC = rf"{_UT_VARCHAR}(?:\.?{_UT_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
@@ -134,18 +126,24 @@ def _idn_hostname() -> str:
 
 
 IDN_HOSTNAME = _idn_hostname()
+# RFC 6531: the local part may use any non-ASCII character (atext and qtext are extended with
+# UTF8-non-ascii); the domain is an IDN host name (the superset above) or an address literal.
+_NON_ASCII = r"\u0080-\uD7FF\uE000-\u{10FFFF}"
+IDN_EMAIL = (rf"(?:[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~{_NON_ASCII}-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~{_NON_ASCII}-]+)*"
+             rf"|\"(?:[ !#-\[\]-~{_NON_ASCII}]|\\[ -~])*\")"
+             rf"@(?:{IDN_HOSTNAME}|\[{IPV4}\]|\[IPv6:{IPV6}\])")
 
 FORMATS: dict[str, str] = {
     "date": DATE, "time": TIME, "date-time": DATE_TIME, "duration": DURATION,
     "ipv4": IPV4, "ipv6": IPV6, "hostname": HOSTNAME, "email": EMAIL, "uuid": UUID,
     "uri": URI, "uri-reference": URI_REFERENCE, "iri": IRI, "iri-reference": IRI_REFERENCE,
     "json-pointer": JSON_POINTER, "relative-json-pointer": RELATIVE_JSON_POINTER,
-    "uri-template": URI_TEMPLATE,
+    "uri-template": URI_TEMPLATE, "regex": REGEX,
 }
 """Format name -> anchored ECMAScript regex of the string value."""
 
 # formats defined by the spec that halter does not check (their values are accepted as any string)
-UNCHECKED_FORMATS = frozenset({"idn-email", "regex"})
+UNCHECKED_FORMATS: frozenset[str] = frozenset()
 
-APPROXIMATE_FORMATS: dict[str, str] = {"idn-hostname": IDN_HOSTNAME}
+APPROXIMATE_FORMATS: dict[str, str] = {"idn-hostname": IDN_HOSTNAME, "idn-email": IDN_EMAIL}
 """Formats checked as a superset: strict mode refuses them, the default mode uses the superset."""
