@@ -88,3 +88,41 @@ def test_unique_items_over_large_domains_still_warns():
         json_schema_to_gbnf({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True})
     with pytest.warns(SchemaWarning, match="uniqueItems"):
         json_schema_to_gbnf({"type": "array", "items": {"enum": list(range(9))}, "uniqueItems": True})
+
+
+ONE_OF = [
+    # a key one branch requires is forbidden by the other (JSONSchemaStore bitbucket-pipelines image)
+    ({"type": "object", "oneOf": [
+        {"properties": {"name": {"type": "string"}}, "required": ["name"], "additionalProperties": False},
+        {"properties": {"name": {"type": "string"}, "user": {"type": "string"}}, "required": ["name", "user"],
+         "additionalProperties": False}]},
+     [{"name": "a"}, {"name": "a", "user": "b"}], [{}, {"user": "b"}, {"name": "a", "x": 1}]),
+    # tagged union: the discriminator's constants differ
+    ({"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+                {"type": "object", "properties": {"kind": {"enum": ["b", "c"]}}, "required": ["kind", "y"]}]},
+     [{"kind": "a", "x": 1}, {"kind": "b", "y": 1}, {"kind": "a", "y": 2}], [{"kind": "b"}, {"kind": "d", "y": 1}, {}]),
+    # a constant checked against the other branch
+    ({"oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "full"}]}, [1, "full", 0.5], [0, "x", -1]),
+]
+
+
+@pytest.mark.parametrize("schema,valid,invalid", ONE_OF, ids=[json.dumps(c[0])[:40] for c in ONE_OF])
+def test_disjoint_one_of_branches_are_exact_without_negation(schema, valid, invalid):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")         # proved disjoint: no "may overlap" warning
+        g = Grammar.from_gbnf(json_schema_to_gbnf(schema, strict=True))
+    validator = jsonschema.Draft202012Validator(schema)
+    for v in valid:
+        assert validator.is_valid(v) and g.matches(json.dumps(v)), v
+    for v in invalid:
+        assert not validator.is_valid(v) and not g.matches(json.dumps(v)), v
+
+
+def test_overlapping_object_branches_are_still_reported():
+    """Both branches accept {} (nothing required), and additionalProperties: false has no positive
+    negation, so exactly-one cannot be enforced: default mode warns and accepts {}."""
+    schema = {"oneOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": False},
+                        {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]}
+    with pytest.warns(SchemaWarning, match="oneOf"):
+        g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
+    assert g.matches('{"a": 1}') and g.matches("{}")

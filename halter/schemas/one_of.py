@@ -1,14 +1,15 @@
 """``oneOf``: proving branches disjoint, or rewriting them into mutually exclusive alternatives.
 
-Exactly-one is "at least one" (``anyOf``) when the branches cannot overlap, which is proved from
-their types and constant values. Otherwise it is the union over i of "branch i and the negation of
+Exactly-one is "at least one" (``anyOf``) when the branches cannot overlap, which is proved pair by
+pair from their types, constant values (checked against the other branch) and, for objects, a key
+one branch requires that the other forbids (``additionalProperties: false``) or constrains to
+disjoint values (tagged unions: ``{"kind": {"const": "a"}}``). Otherwise it is the union over i of "branch i and the negation of
 every other branch", which is exact whenever each branch has a positive negation
 (``logic.negate``). When neither works the converter treats ``oneOf`` as ``anyOf`` (a superset; a
 warning, or an error in strict mode).
 """
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from halter.errors import UnsupportedSchemaError
@@ -52,38 +53,88 @@ def exclusive(conv: "Converter", options: list, ptr: str, base: str) -> list[tup
     return out
 
 
-def disjoint(conv: "Converter", options: list, ptr: str) -> bool:
-    """Whether the oneOf branches provably cannot overlap (types or constant values)."""
-    kinds = []
-    for o in options:
-        if not isinstance(o, dict):
-            return False
-        if "$ref" in o:
-            o = conv.index.resolve(o["$ref"], DEFAULT_BASE, "#" + ptr)[0]
-            if not isinstance(o, dict):
+def disjoint(conv: "Converter", options: list, ptr: str, context: dict | None = None,
+             base: str = DEFAULT_BASE) -> bool:
+    """Whether the oneOf branches provably cannot overlap: pairwise, by types, constant values,
+    or (objects) a key one branch requires that the other forbids or constrains to disjoint values.
+    ``context`` is the schema holding the ``oneOf``; its ``type`` applies to every branch."""
+    outer = merging.types_of(context) if isinstance(context, dict) else None
+    for i in range(len(options)):
+        for j in range(i + 1, len(options)):
+            if not _apart(conv, options[i], options[j], outer, base, ptr, 0):
                 return False
-        t = merging.types_of(o)
-        if "const" in o or "enum" in o:
-            kinds.append(("values", tuple(json.dumps(v, sort_keys=True) for v in ([o["const"]] if "const" in o else o["enum"]))))
-        elif t is not None:
-            kinds.append(("types", frozenset("number" if x == "integer" else x for x in t)))
-        else:
-            return False
-    seen_types: set = set()
-    seen_values: set = set()
-    value_types: set = set()
-    for kind, val in kinds:
-        if kind == "types":
-            if seen_types & val or value_types & val:
-                return False
-            seen_types |= val
-        else:
-            vtypes = {_json_type(json.loads(v)) for v in val}
-            if seen_values & set(val) or seen_types & vtypes:
-                return False
-            seen_values |= set(val)
-            value_types |= vtypes
     return True
+
+
+_MAX_DEPTH = 6
+_OBJECT_ONLY = frozenset({"object"})
+
+
+def _resolve(conv: "Converter", s: Any, base: str, ptr: str) -> Any:
+    for _ in range(_MAX_DEPTH):
+        if not (isinstance(s, dict) and "$ref" in s and not set(s) - merging.ANNOTATIONS - {"$ref"}):
+            return s
+        target = conv.local_target(s["$ref"], base, ptr)
+        if target is None:
+            return None
+        s = target
+    return None
+
+
+def _types(s: dict) -> frozenset | None:
+    """The JSON types ``s`` allows (integer counted as number), None: unknown."""
+    if "const" in s or "enum" in s:
+        vals = [s["const"]] if "const" in s else s["enum"]
+        if isinstance(vals, list):
+            return frozenset(_json_type(v) for v in vals)
+    t = merging.types_of(s)
+    return None if t is None else frozenset("number" if x == "integer" else x for x in t)
+
+
+def _apart(conv: "Converter", a: Any, b: Any, outer: set | None, base: str, ptr: str, depth: int) -> bool:
+    """True when no instance of type ``outer`` (None: any type) is valid under both ``a`` and ``b``."""
+    if a is False or b is False:
+        return True
+    a, b = _resolve(conv, a, base, ptr), _resolve(conv, b, base, ptr)
+    if not isinstance(a, dict) or not isinstance(b, dict) or depth > _MAX_DEPTH:
+        return False
+    for x, y in ((a, b), (b, a)):
+        for sub in x.get("allOf") or []:
+            if _apart(conv, sub, y, outer, base, ptr, depth + 1):
+                return True
+        if isinstance(x.get("anyOf"), list) and x["anyOf"] and \
+                all(_apart(conv, sub, y, outer, base, ptr, depth + 1) for sub in x["anyOf"]):
+            return True
+    ta, tb = _types(a), _types(b)
+    common = set(ta if ta is not None else JSON_KINDS) & set(tb if tb is not None else JSON_KINDS)
+    if outer is not None:
+        common &= {"number" if x == "integer" else x for x in outer}
+    if not common:
+        return True
+    for x, y in ((a, b), (b, a)):
+        vals = [x["const"]] if "const" in x else x.get("enum")
+        if isinstance(vals, list) and not any(conv.valid(y, v) and conv.valid(x, v) for v in vals):
+            return True
+    if common == {"object"}:
+        return _objects_apart(conv, a, b, base, ptr, depth) or _objects_apart(conv, b, a, base, ptr, depth)
+    return False
+
+
+JSON_KINDS = ("null", "boolean", "object", "array", "string", "number")
+
+
+def _objects_apart(conv: "Converter", a: dict, b: dict, base: str, ptr: str, depth: int) -> bool:
+    """Objects: a key ``a`` requires is forbidden by ``b``, or both require it with disjoint values."""
+    props_a, props_b = a.get("properties") or {}, b.get("properties") or {}
+    for k in a.get("required") or []:
+        if not isinstance(k, str):
+            continue
+        if k in props_b:             # the instance has k, so b's schema for k applies to its value
+            if _apart(conv, props_a.get(k, True), props_b[k], None, base, ptr, depth + 1):
+                return True
+        elif b.get("additionalProperties") is False and not b.get("patternProperties"):
+            return True
+    return False
 
 
 def _json_type(v: Any) -> str:
