@@ -152,7 +152,7 @@ class Converter:
                     union = []
                     for i, sub in enumerate(schema[key]):
                         union.extend(self.alternatives(sub, f"{ptr}/{key}/{i}", base, inline=False))
-                    if key == "oneOf" and not one_of.disjoint(self, schema[key], ptr):
+                    if key == "oneOf" and not one_of.disjoint(self, schema[key], ptr, schema, base):
                         exact = one_of.exclusive(self, schema[key], ptr, base)
                         if exact is None:
                             self._overlap(ptr)
