@@ -2,12 +2,16 @@
 
 CPU (always): a ~100M-parameter random llama GGUF (F16 on disk, run in fp32) built into a temp
 dir; halter's engine and transformers' CPU ``generate`` on the same weights, greedy, medians of
-``--repeats`` runs, ratio halter / transformers.
+``--repeats`` runs, ratio halter / transformers; then halter's decode step in its CPU modes on
+the same weights and cache: eager, the static-shape step, and the static step compiled with
+``torch.compile`` (inductor; skipped with a message when it cannot compile here).
 GPU (only when ``torch.cuda.is_available()``): a ~1B-parameter llama in bf16, decode at batch 1
-and batch 16, with the fraction of the memory-bandwidth bound reached (weight + KV bytes read per
-step divided by the step time, over the device-to-device copy bandwidth measured in this run).
+and batch 16, eager and CUDA-graph, with the fraction of the memory-bandwidth bound reached
+(weight + KV bytes read per step divided by the step time, over the device-to-device copy
+bandwidth measured in this run).
 
 Run by hand:  python bench/engine_bench.py [--repeats 5] [--prompt 128] [--decode 32] [--threads N]
+              [--n-ctx N] [--skip-hf] [--no-compile]
 """
 from __future__ import annotations
 
@@ -22,6 +26,61 @@ import time
 import torch
 
 from halter.engine import Model, build_tiny_gguf
+
+
+def with_mode(model: Model, mode: str, **kw) -> Model:
+    """Another ``Model`` over the same weights and cache, decoding in ``mode``."""
+    view = Model(model.path, model.config, model.net, model.rope, model.cache, model.n_batch,
+                 decode="eager")
+    view.set_decode(mode, **kw)
+    return view
+
+
+def decode_steps(model: Model, prompt: list[int], batch: int, n: int):
+    """A function running ``n`` decode steps on rows ``0..batch-1`` from ``prompt``, then undoing them."""
+    seqs = list(range(batch))
+    model.cache.clear()
+    for s in seqs:
+        model.eval_prompt(prompt, s)
+
+    def run() -> None:
+        for _ in range(n):
+            model.decode([[11]] * batch, seqs)
+        for s in seqs:
+            model.cache.seq_rm(s, len(prompt), None)
+    return run
+
+
+def bench_modes(model: Model, prompt: list[int], args: argparse.Namespace) -> None:
+    """Decode tokens/s at batch 1 in the CPU modes, alternated, medians; ratio to eager."""
+    modes = {"eager": with_mode(model, "eager"), "static": with_mode(model, "static")}
+    t = time.perf_counter()
+    try:
+        if args.no_compile:
+            raise RuntimeError("--no-compile")
+        compiled = with_mode(model, "compile")
+        decode_steps(compiled, prompt, 1, 1)()            # compiles (bucket 1)
+        modes["compile (inductor)"] = compiled
+        compile_s = time.perf_counter() - t
+    except Exception as exc:                              # no compiler, unsupported op, ...
+        compile_s = None
+        print(f"\ntorch.compile (inductor) skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    runs = {name: decode_steps(m, prompt, 1, args.decode) for name, m in modes.items()}
+    for run in runs.values():
+        run()                                            # warm-up
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, run in runs.items():
+            times[name].append(median_time(run, 1))
+    tps = {name: args.decode / statistics.median(ts) for name, ts in times.items()}
+    print(f"\n### decode step modes, batch 1, n_ctx = {model.n_ctx} (prompt {args.prompt}, "
+          f"{args.decode} steps, medians of {args.repeats})")
+    if compile_s is not None:
+        print(f"inductor compile of the step (bucket 1): {compile_s:.1f} s")
+    print("| mode | decode tok/s | ratio to eager |")
+    print("|---|---:|---:|")
+    for name, v in tps.items():
+        print(f"| {name} | {v:.1f} | {v / tps['eager']:.2f} |")
 
 
 def paired_medians(fa, fb, repeats: int) -> tuple[float, float]:
@@ -47,7 +106,7 @@ def median_time(fn, repeats: int) -> float:
 def bench_cpu(tmp: str, args: argparse.Namespace) -> None:
     path = build_tiny_gguf(os.path.join(tmp, "bench-100m.gguf"), n_layer=16, n_embd=768, n_head=12,
                            n_head_kv=4, n_ff=2048, dtype="F16", seed=1)
-    model = Model.load(path, device="cpu", dtype="f32", n_ctx=args.prompt + args.decode + 8,
+    model = Model.load(path, device="cpu", dtype="f32", n_ctx=args.n_ctx or args.prompt + args.decode + 8,
                        progress=False)
     n_params = sum(p.numel() for p in model.net.parameters())
     prompt = torch.randint(0, 300, (args.prompt,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -55,6 +114,11 @@ def bench_cpu(tmp: str, args: argparse.Namespace) -> None:
     def ours_prompt() -> None:
         model.cache.clear()
         model.eval_prompt(prompt, 0)
+
+    print(f"\n## CPU, {n_params / 1e6:.0f}M-parameter llama (fp32), torch threads = {torch.get_num_threads()}")
+    if args.skip_hf:
+        bench_modes(model, prompt, args)
+        return
 
     def ours_decode() -> None:
         model.generate(prompt, max_tokens=args.decode, temperature=0.0,
@@ -82,17 +146,18 @@ def bench_cpu(tmp: str, args: argparse.Namespace) -> None:
     t_ours_gen, t_hf_gen = t_ours_all - t_ours_pp, t_hf_all - t_hf_pp
     pp_ours, pp_hf = args.prompt / t_ours_pp, args.prompt / t_hf_pp
     tg_ours, tg_hf = args.decode / t_ours_gen, args.decode / t_hf_gen
-    print(f"\n## CPU, {n_params / 1e6:.0f}M-parameter llama (fp32), torch threads = {torch.get_num_threads()}")
     print("| phase | halter tok/s | transformers tok/s | ratio |")
     print("|---|---:|---:|---:|")
     print(f"| prompt processing ({args.prompt} tokens) | {pp_ours:.1f} | {pp_hf:.1f} | {pp_ours / pp_hf:.2f} |")
     print(f"| decode ({args.decode} tokens, greedy) | {tg_ours:.1f} | {tg_hf:.1f} | {tg_ours / tg_hf:.2f} |")
+    del hf
+    bench_modes(model, prompt, args)
 
 
 def bench_gpu(tmp: str, args: argparse.Namespace) -> None:
     path = build_tiny_gguf(os.path.join(tmp, "bench-1b.gguf"), n_layer=16, n_embd=2048, n_head=32,
                            n_head_kv=8, n_ff=8192, dtype="F16", seed=2)
-    n_ctx = args.prompt + args.decode + 8
+    n_ctx = args.n_ctx or args.prompt + args.decode + 8
     model = Model.load(path, device="cuda", dtype="bf16", n_ctx=n_ctx, n_seq_max=16, progress=False)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.net.parameters())
     big = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
@@ -101,32 +166,25 @@ def bench_gpu(tmp: str, args: argparse.Namespace) -> None:
     prompt = list(range(10, 10 + args.prompt))
     print(f"\n## GPU {torch.cuda.get_device_name()}, {weight_bytes / 2 / 1e9:.2f}B-parameter llama (bf16)")
     print(f"device copy bandwidth (measured): {copy_bw / 1e9:.0f} GB/s")
-    print("| batch | decode tok/s (all rows) | ms/step | GB/s read | fraction of bound |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| batch | mode | decode tok/s (all rows) | ms/step | GB/s read | fraction of bound | vs eager |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    modes = {"eager": with_mode(model, "eager"), "cuda-graph": with_mode(model, "cuda-graph")}
     for batch in (1, 16):
-        model.cache.clear()
-        seqs = list(range(batch))
-        for s in seqs:
-            model.eval_prompt(prompt, s)
-
-        def steps() -> None:
-            for _ in range(args.decode):
-                model.decode([[11]] * batch, seqs)
-
-        def reset() -> None:
-            for s in seqs:
-                model.cache.seq_rm(s, args.prompt, None)
-
-        steps(); reset()
-        times = []
+        runs = {name: decode_steps(m, prompt, batch, args.decode) for name, m in modes.items()}
+        for run in runs.values():
+            run()                                  # warm-up; captures the graph of this bucket
+        times: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.repeats):
-            times.append(median_time(steps, 1))
-            reset()
-        t_step = statistics.median(times) / args.decode
+            for name, run in runs.items():
+                times[name].append(median_time(run, 1))
         kv_bytes = 2 * model.config.n_layer * batch * model.config.n_head_kv * model.config.head_dim \
             * (args.prompt + args.decode // 2) * 2
-        read = (weight_bytes + kv_bytes) / t_step
-        print(f"| {batch} | {batch / t_step:.0f} | {t_step * 1e3:.2f} | {read / 1e9:.0f} | {read / copy_bw:.2f} |")
+        eager_step = statistics.median(times["eager"]) / args.decode
+        for name, ts in times.items():
+            t_step = statistics.median(ts) / args.decode
+            read = (weight_bytes + kv_bytes) / t_step
+            print(f"| {batch} | {name} | {batch / t_step:.0f} | {t_step * 1e3:.2f} | {read / 1e9:.0f} | "
+                  f"{read / copy_bw:.2f} | {eager_step / t_step:.2f} |")
 
 
 def main() -> None:
@@ -135,6 +193,9 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--n-ctx", type=int, default=0, help="cache length (0: prompt + decode + 8)")
+    ap.add_argument("--no-compile", action="store_true", help="CPU: leave out torch.compile")
+    ap.add_argument("--skip-hf", action="store_true", help="CPU: only halter's decode modes")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
