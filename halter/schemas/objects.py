@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 MAX_TRACKED = 5
 MAX_TRACKED_REQUIRED = 8
+MAX_COUNTED = 64
+"""Extra members counted for min/maxProperties next to tracked keys (a rule per count)."""
 _KEY_RULE_NODES = 24
 """Required keys tracked (any order, 2^n rules) when there are more than MAX_TRACKED known keys."""
 
@@ -118,10 +120,15 @@ class ObjectBuilder:
         else:
             tracked = names
             count_exact = not free
+        count_free = False          # extra members counted in the state too (capped)
         if not count_exact and (spec.min_props > len(required) or spec.max_props is not None):
             lo, hi = spec.min_props, spec.max_props
-            if tracked or lo > 0 and not free:
+            if tracked and free and len(names) <= MAX_TRACKED and max(lo, hi or 0) <= MAX_COUNTED:
+                count_free = True
+            elif tracked or lo > 0 and not free:
                 raise _CountUnsupported()
+        if not count_exact and not count_free and (spec.min_props > len(required) or spec.max_props is not None):
+            lo, hi = spec.min_props, spec.max_props
             # only free members: count them with repetition bounds
             member = self.rules.add(f"{self.hint}-member", alt(*free)) if free else None
             if member is None:
@@ -131,46 +138,61 @@ class ObjectBuilder:
             body = cat(member, Repeat(cat(js.tok(","), member), max(lo - 1, 0), None if hi is None else hi - 1))
             return cat(js.tok("{"), Repeat(body, 0, 1) if lo == 0 else body, Literal("}"))
         free_member = self.rules.add(f"{self.hint}-member", alt(*free)) if free else None
-        states: dict[frozenset, RuleRef] = {}
+        states: dict[tuple, RuleRef | None] = {}
         base = self.rules.reserve(f"{self.hint}-obj")
 
-        def can_close(used: frozenset) -> bool:
+        counted = count_exact or count_free
+        cap = spec.max_props if spec.max_props is not None else spec.min_props
+
+        def can_close(used: frozenset, c: int = 0) -> bool:
             if not set(required) <= used:
                 return False
             if any(k in used and not set(deps) <= used for k, deps in spec.dependent_required.items()):
                 return False
-            if count_exact and not (spec.min_props <= len(used) <= (spec.max_props if spec.max_props is not None else len(used))):
+            n = len(used) + c
+            if counted and not (spec.min_props <= n <= (spec.max_props if spec.max_props is not None else n)):
                 return False
             return True
 
-        def state(used: frozenset) -> Expr:
-            if used in states:
-                return states[used]
-            name = base if not used else self.rules.reserve(f"{self.hint}-after-{len(used)}")
-            states[used] = RuleRef(name)
-            opts: list[Expr] = []
+        def full(used: frozenset, c: int) -> bool:
+            return counted and spec.max_props is not None and len(used) + c >= spec.max_props
+
+        def state(used: frozenset, c: int = 0) -> Expr | None:
+            """After the tracked keys ``used`` and ``c`` counted extra members (at least one member);
+            None when the object can no longer be completed."""
+            if (used, c) in states:
+                return states[(used, c)]
+            name = base if not used and c == (1 if count_free else 0) else \
+                self.rules.reserve(f"{self.hint}-after-{len(used)}")
+            states[(used, c)] = RuleRef(name)
+            nexts: list[tuple[Expr, Expr | None]] = []
             for n in tracked:
-                if n not in used:
-                    if count_exact and spec.max_props is not None and len(used) >= spec.max_props:
-                        continue
-                    opts.append(cat(js.tok(","), pairs[n], state(used | {n})))
-            if free_member is not None:
-                opts.append(cat(js.tok(","), free_member, RuleRef(name)))
-            if can_close(used):
+                if n not in used and not full(used, c):
+                    nexts.append((pairs[n], state(used | {n}, c)))
+            if free_member is not None and not full(used, c):
+                nexts.append((free_member, state(used, min(c + 1, cap)) if count_free else RuleRef(name)))
+            opts: list[Expr] = [cat(js.tok(","), m, nxt) for m, nxt in nexts if nxt is not None]
+            if can_close(used, c):
                 opts.append(Literal("}"))
-            self.rules.define(name, alt(*opts) if opts else NEVER)
-            return states[used]
+            if not opts:
+                self.rules._reserved.discard(name)
+                states[(used, c)] = None
+                return None
+            self.rules.define(name, alt(*opts))
+            return states[(used, c)]
 
         first: list[Expr] = []
         for n in tracked:
-            if count_exact and spec.max_props == 0:
+            if counted and spec.max_props == 0:
                 break
-            first.append(cat(pairs[n], state(frozenset({n}))))
-        if free_member is not None:
-            first.append(cat(free_member, state(frozenset())))
+            if (nxt := state(frozenset({n}))) is not None:
+                first.append(cat(pairs[n], nxt))
+        if free_member is not None and not (counted and spec.max_props == 0):
+            if (nxt := state(frozenset(), min(1, cap) if count_free else 0)) is not None:
+                first.append(cat(free_member, nxt))
         if can_close(frozenset()):
             first.append(Literal("}"))
-        if frozenset() not in states:
+        if states.get((frozenset(), 1 if count_free else 0)) is None:
             self.rules._reserved.discard(base)
         return cat(js.tok("{"), alt(*first)) if first else None
 
