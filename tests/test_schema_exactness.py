@@ -41,6 +41,13 @@ CASES = [
     ({"dependentSchemas": {"foo\tbar": {"required": ["x\"y"]}, "foo'bar": {"properties": {"a\u00e9": {"type": "integer"}}}}},
      [{"foo\tbar": 1, "x\"y": 2}, {"foo'bar": 1, "a\u00e9": 2}, {"a": 1, "b": 2}],
      [{"foo\tbar": 1}, {"foo'bar": 1, "a\u00e9": "x"}, {"foo\tbar": 1, "x\"z": 2}]),
+    # dependentSchemas.json#2: the escaped keys were always recognised; the count of extra members
+    # next to a tracked key was what got dropped
+    ({"dependentSchemas": {"foo\tbar": {"minProperties": 4}, "foo'bar": {"required": ["foo\"bar"]}}},
+     [{"foo\tbar": 1, "a": 2, "b": 3, "c": 4}, {"foo'bar": 1, "foo\"bar": 2}, {"x": 1}],
+     [{"foo\tbar": 1, "a": 2}, {"foo'bar": 1}]),
+    ({"properties": {"a": {}, "b": {"type": "integer"}}, "required": ["a"], "minProperties": 2, "maxProperties": 3},
+     [{"a": 1, "x": 2}, {"b": 1, "a": 2, "y": 3}, {"x": 1, "a": 2, "y": 3}], [{"a": 1}, {"a": 1, "x": 2, "y": 3, "z": 4}, {"x": 1, "y": 2}]),
 ]
 
 
