@@ -90,6 +90,9 @@ def test_property_names_next_to_pattern_properties():
      ["1.2", "12", "1.2.3.4.5", "1.2.3.4.56", "1..2"]),
     ({"allOf": [{"type": "string", "pattern": "a"}, {"pattern": "b$"}]}, ["ab", "ba", "a", "b", "aab"]),
     ({"type": "string", "pattern": "\U0001F600", "maxLength": 2}, ["\U0001F600", "x\U0001F600", "xx\U0001F600"]),
+    # alternatives of different fixed lengths before the repeat: a branch per length, no automaton
+    ({"type": "string", "maxLength": 2100, "pattern": "^data:(jpg|jpeg|svg\\+xml);[a-z]*$"},
+     ["data:jpg;" + "a" * 2091, "data:jpg;" + "a" * 2092, "data:jpeg;" + "a" * 2091, "data:svg+xml;x", "data:png;x"]),
 ])
 def test_pattern_with_length_or_a_second_pattern(schema, instances):
     check(schema, instances)

@@ -6,7 +6,7 @@ the set of characters leading to that successor, spelled the way every constrain
 closing quote) ends an accepting state. To keep grammars small and readable, a state only gets its
 own rule when it is needed: when several states lead to it or it lies on a cycle. Other states are
 written inline in their only predecessor, a self-loop becomes ``c*``, and inlining stops at a
-nesting depth of ``MAX_INLINE_DEPTH``.
+nesting depth of ``MAX_INLINE_DEPTH`` or ``MAX_INLINE_STATES`` states.
 """
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from halter.schemas.char_automaton import Dfa, minimize, trim
 from halter.schemas.json_text import JsonText, cat
 
 MAX_INLINE_DEPTH = 32
+BIG_CLASS_RANGES = 8
+MAX_INLINE_STATES = 24
+"""A state whose inlined successors nest deeper or number more than these gets its own rule (the
+engine builds an automaton per rule, so rules stay small)."""
 
 
 def _cyclic(succ: list[dict[int, list]]) -> list[bool]:
@@ -67,6 +71,31 @@ def _cyclic(succ: list[dict[int, list]]) -> list[bool]:
     return out
 
 
+def _speller(js: JsonText, d: Dfa, hint: str):
+    """Spells sets of ``d``'s symbols, sharing the large ones.
+
+    A symbol of more than ``BIG_CLASS_RANGES`` ranges (``\\p{L}`` minus a few letters, say) gets
+    one shared rule, so a transition is its small symbols as one character class plus references
+    to the big ones: a key trie next to a ``\\p{L}`` pattern does not repeat 600 ranges per node.
+    """
+    big: dict[int, Expr] = {}
+    cache: dict[tuple[int, ...], Expr] = {}
+
+    def spell(syms: list[int]) -> Expr:
+        key = tuple(syms)
+        if key not in cache:
+            small = [r for s in syms if len(d.symbols[s]) <= BIG_CLASS_RANGES for r in d.symbols[s]]
+            parts = [js.encode_class(small)] if small else []
+            for s in syms:
+                if len(d.symbols[s]) > BIG_CLASS_RANGES:
+                    if s not in big:
+                        big[s] = js.rules.add(f"{hint}-chars", js.encode_class(d.symbols[s]))
+                    parts.append(big[s])
+            cache[key] = alt(*parts)
+        return cache[key]
+    return spell
+
+
 def dfa_to_expr(d: Dfa, js: JsonText, hint: str, end: Expr) -> Expr | None:
     """The JSON-string spellings of ``d``'s language followed by ``end``; None if it is empty.
 
@@ -81,17 +110,20 @@ def dfa_to_expr(d: Dfa, js: JsonText, hint: str, end: Expr) -> Expr | None:
     indeg = [0] * n
     for q in range(n):
         groups: dict[int, list] = {}
-        for lo, hi, t in d.trans[q]:
-            groups.setdefault(t, []).append((lo, hi))
+        for sym, t in enumerate(d.trans[q]):
+            if t >= 0:
+                groups.setdefault(t, []).append(sym)
         succ.append(groups)
         for t in groups:
             if t != q:
                 indeg[t] += 1
+    spell = _speller(js, d, hint)
     cyclic = _cyclic(succ)
     is_rule = [indeg[q] > 1 or cyclic[q] or (q == d.start and indeg[q] > 0) for q in range(n)]
     names = {q: rules.reserve(f"{hint}-{i}") for i, q in enumerate(q for q in range(n) if is_rule[q])}
     body: dict[int, Expr] = {}
     depth: dict[int, int] = {}
+    size: dict[int, int] = {}
 
     def write(q: int) -> Expr:
         parts: list[Expr] = []
@@ -100,10 +132,10 @@ def dfa_to_expr(d: Dfa, js: JsonText, hint: str, end: Expr) -> Expr | None:
         for t, ranges in succ[q].items():
             if t != q:
                 nxt = RuleRef(names[t]) if t in names else body[t]
-                parts.append(cat(js.encode_class(ranges), nxt))
+                parts.append(cat(spell(ranges), nxt))
         rest = alt(*parts)
         if q in succ[q]:
-            return cat(Repeat(js.encode_class(succ[q][q]), 0, None), rest)
+            return cat(Repeat(spell(succ[q][q]), 0, None), rest)
         return rest
 
     # inline states come before their (only) predecessor: a post-order walk from each rule root
@@ -114,10 +146,12 @@ def dfa_to_expr(d: Dfa, js: JsonText, hint: str, end: Expr) -> Expr | None:
             q, expanded = stack.pop()
             if expanded:
                 body[q] = write(q)
-                depth[q] = 1 + max((depth[t] for t in succ[q] if t != q and t not in names), default=0)
-                if depth[q] > MAX_INLINE_DEPTH and q not in names:
+                inlined = [t for t in succ[q] if t != q and t not in names]
+                depth[q] = 1 + max((depth[t] for t in inlined), default=0)
+                size[q] = 1 + sum(size[t] for t in inlined)
+                if (depth[q] > MAX_INLINE_DEPTH or size[q] > MAX_INLINE_STATES) and q not in names:
                     body[q] = rules.add(f"{hint}-part", body[q])
-                    depth[q] = 0
+                    depth[q] = size[q] = 0
                 continue
             stack.append((q, True))
             stack.extend((t, False) for t in succ[q] if t != q and t not in names and t not in body)

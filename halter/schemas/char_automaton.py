@@ -4,16 +4,20 @@ A grammar can take unions but not complements or intersections. JSON Schema need
 ``patternProperties`` splits keys into "matches these patterns and not those", and a ``pattern``
 next to ``minLength``/``maxLength`` is an intersection. This module builds a ``Dfa`` from the
 regex syntax tree of regex.py (``Literal``, ``CharClass``, ``Seq``, ``Alt``, ``Repeat``): a
-Thompson NFA, then subset construction over interval partitions (transitions are labelled by
-code-point ranges, so ``\\p{L}`` costs a few hundred ranges, not 100,000 symbols). ``product``
-runs several DFAs in lockstep over the whole code-point range; with a choice of accepting
-states it gives intersection, union, difference and complement. ``minimize`` (Moore refinement)
-and ``trim`` keep results small. Every construction stops with ``AutomatonTooLarge`` at ``limit``
+Thompson NFA, then subset construction.
+
+The alphabet is compressed: a DFA's *symbols* partition all code points into classes that no
+transition tells apart (``\\p{L}`` is one symbol of a few hundred ranges, not 100,000 letters), and
+transitions are per symbol. ``product`` runs several DFAs in lockstep over the common refinement
+of their partitions; with a choice of accepting states it gives intersection, union, difference
+and complement. ``minimize`` (Hopcroft's refinement, then merging symbols no state tells apart) and
+``trim`` keep results small. Every construction stops with ``AutomatonTooLarge`` at ``limit``
 states, so the callers can fall back to an approximation.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from halter.grammar.ast import MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat, Seq
@@ -21,7 +25,8 @@ from halter.grammar.ast import MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Li
 DEFAULT_LIMIT = 2000
 """Most DFA (or product) states built before giving up."""
 
-Trans = list[tuple[int, int, int]]     # sorted, disjoint (lo, hi, target) ranges of one state
+Ranges = tuple[tuple[int, int], ...]
+EVERYTHING: Ranges = ((0, MAX_CODE_POINT),)
 
 
 class AutomatonTooLarge(Exception):
@@ -30,27 +35,27 @@ class AutomatonTooLarge(Exception):
 
 @dataclass
 class Dfa:
-    """States ``0..n-1``; ``trans[q]`` maps code-point ranges to states (missing = reject)."""
-    trans: list[Trans]
+    """``symbols`` partition the code points; ``trans[q][symbol]`` is a state or -1 (reject)."""
+    symbols: list[Ranges]
+    trans: list[list[int]]
     accept: list[bool]
     start: int = 0
 
     def __len__(self) -> int:
         return len(self.trans)
 
-    def step(self, q: int, cp: int) -> int:
-        for lo, hi, t in self.trans[q]:
-            if lo <= cp <= hi:
-                return t
-            if cp < lo:
-                break
-        return -1
+    def symbol_of(self, cp: int) -> int:
+        table = self.__dict__.get("_table")
+        if table is None:
+            pairs = sorted((lo, sym) for sym, rs in enumerate(self.symbols) for lo, _ in rs)
+            table = self.__dict__["_table"] = ([lo for lo, _ in pairs], [sym for _, sym in pairs])
+        return table[1][bisect.bisect_right(table[0], cp) - 1]
 
     def matches(self, text: str) -> bool:
         """Whether the whole of ``text`` is in the language."""
         q = self.start
         for ch in text:
-            q = self.step(q, ord(ch))
+            q = self.trans[q][self.symbol_of(ord(ch))]
             if q < 0:
                 return False
         return self.accept[q]
@@ -72,12 +77,47 @@ class Dfa:
         return product([self, other], lambda s: s[0] and not s[1], limit)
 
 
+def _sweep(edges: Sequence[tuple[int, int, object]]) -> list[tuple[int, int, frozenset]]:
+    """Split overlapping (lo, hi, label) ranges into disjoint ranges with their label sets."""
+    events: dict[int, list[tuple[int, object]]] = {}
+    for lo, hi, t in edges:
+        events.setdefault(lo, []).append((1, t))
+        events.setdefault(hi + 1, []).append((-1, t))
+    active: dict[object, int] = {}
+    out: list[tuple[int, int, frozenset]] = []
+    points = sorted(events)
+    for i, p in enumerate(points):
+        for d, t in events[p]:
+            n = active.get(t, 0) + d
+            if n:
+                active[t] = n
+            else:
+                active.pop(t, None)
+        if active and i + 1 < len(points):
+            out.append((p, points[i + 1] - 1, frozenset(active)))
+    return out
+
+
+def partition(labelled: Sequence[tuple[Ranges, object]]) -> list[tuple[Ranges, frozenset]]:
+    """The coarsest partition of all code points that refines every labelled range set:
+    each block with the labels of the sets containing it."""
+    blocks: dict[frozenset, list[tuple[int, int]]] = {}
+    edges = [(0, MAX_CODE_POINT, None)] + [(lo, hi, lab) for rs, lab in labelled for lo, hi in rs]
+    for lo, hi, labels in _sweep(edges):
+        rs = blocks.setdefault(labels, [])
+        if rs and rs[-1][1] + 1 == lo:
+            rs[-1] = (rs[-1][0], hi)
+        else:
+            rs.append((lo, hi))
+    return [(tuple(rs), labels - {None}) for labels, rs in blocks.items()]
+
+
 # ---------------------------------------------------------------------------------------------
 # regex syntax tree -> NFA -> DFA
 
 class _Nfa:
     def __init__(self, limit: int) -> None:
-        self.chars: list[list[tuple[tuple[tuple[int, int], ...], int]]] = []
+        self.chars: list[list[tuple[Ranges, int]]] = []
         self.eps: list[list[int]] = []
         self.limit = limit
 
@@ -98,7 +138,7 @@ class _Nfa:
                 q = nxt
             return q
         if isinstance(e, (CharClass, AnyChar)):
-            ranges = tuple(e.code_point_ranges()) if isinstance(e, CharClass) else ((0, MAX_CODE_POINT),)
+            ranges = tuple(e.code_point_ranges()) if isinstance(e, CharClass) else EVERYTHING
             end = self.new()
             if ranges:
                 self.chars[start].append((ranges, end))
@@ -143,41 +183,27 @@ class _Nfa:
         return frozenset(seen)
 
 
-def _sweep(edges: Sequence[tuple[int, int, object]]) -> list[tuple[int, int, frozenset]]:
-    """Split overlapping (lo, hi, target) ranges into disjoint ranges with their target sets."""
-    events: dict[int, list[tuple[int, object]]] = {}
-    for lo, hi, t in edges:
-        events.setdefault(lo, []).append((1, t))
-        events.setdefault(hi + 1, []).append((-1, t))
-    active: dict[object, int] = {}
-    out: list[tuple[int, int, frozenset]] = []
-    points = sorted(events)
-    for i, p in enumerate(points):
-        for d, t in events[p]:
-            n = active.get(t, 0) + d
-            if n:
-                active[t] = n
-            else:
-                active.pop(t, None)
-        if active and i + 1 < len(points):
-            out.append((p, points[i + 1] - 1, frozenset(active)))
-    return out
-
-
-def _add_range(trans: Trans, lo: int, hi: int, t: int) -> None:
-    if trans and trans[-1][2] == t and trans[-1][1] + 1 == lo:
-        trans[-1] = (trans[-1][0], hi, t)
-    else:
-        trans.append((lo, hi, t))
-
-
 def from_expr(expr: Expr, limit: int = DEFAULT_LIMIT) -> Dfa:
     """The DFA of a code-point syntax tree (whole-string match), trimmed of dead states."""
     nfa = _Nfa(limit * 20)
     s0 = nfa.new()
     final = nfa.build(expr, s0)
+    classes = list(dict.fromkeys(rs for edges in nfa.chars for rs, _ in edges))
+    blocks = partition([(rs, i) for i, rs in enumerate(classes)])
+    symbols = [rs for rs, _ in blocks]
+    of_class: dict[Ranges, list[int]] = {rs: [] for rs in classes}
+    for sym, (_, labels) in enumerate(blocks):
+        for i in labels:
+            of_class[classes[i]].append(sym)
+    moves: list[dict[int, list[int]]] = []       # NFA state -> symbol -> targets
+    for edges in nfa.chars:
+        m: dict[int, list[int]] = {}
+        for rs, t in edges:
+            for sym in of_class[rs]:
+                m.setdefault(sym, []).append(t)
+        moves.append(m)
     ids: dict[frozenset, int] = {}
-    trans: list[Trans] = []
+    trans: list[list[int]] = []
     accept: list[bool] = []
     todo: list[frozenset] = []
 
@@ -186,7 +212,7 @@ def from_expr(expr: Expr, limit: int = DEFAULT_LIMIT) -> Dfa:
             if len(ids) >= limit:
                 raise AutomatonTooLarge(f"more than {limit} DFA states")
             ids[members] = len(trans)
-            trans.append([])
+            trans.append([-1] * len(symbols))
             accept.append(final in members)
             todo.append(members)
         return ids[members]
@@ -194,93 +220,97 @@ def from_expr(expr: Expr, limit: int = DEFAULT_LIMIT) -> Dfa:
     state(nfa.closure([s0]))
     while todo:
         members = todo.pop()
-        q = ids[members]
-        edges = [(lo, hi, t) for m in members for ranges, t in nfa.chars[m] for lo, hi in ranges]
-        for lo, hi, targets in _sweep(edges):
-            _add_range(trans[q], lo, hi, state(nfa.closure(targets)))
-    return trim(Dfa(trans, accept))
+        row = trans[ids[members]]
+        targets: dict[int, set[int]] = {}
+        for m in members:
+            for sym, ts in moves[m].items():
+                targets.setdefault(sym, set()).update(ts)
+        for sym, ts in targets.items():
+            row[sym] = state(nfa.closure(ts))
+    return trim(Dfa(symbols, trans, accept))
 
 
 def literal_set(words: Sequence[str], limit: int = DEFAULT_LIMIT) -> Dfa:
     """The DFA (a trie) of a finite set of strings."""
-    trans: list[dict[int, int]] = [{}]
+    chars = sorted({ord(c) for w in words for c in w})
+    blocks = partition([(((c, c),), c) for c in chars])
+    sym_of = {next(iter(labels)): i for i, (_, labels) in enumerate(blocks) if labels}
+    symbols = [rs for rs, _ in blocks]
+    trans: list[list[int]] = [[-1] * len(symbols)]
     accept = [False]
     for w in words:
         q = 0
         for ch in w:
-            nxt = trans[q].get(ord(ch))
-            if nxt is None:
+            sym = sym_of[ord(ch)]
+            if trans[q][sym] < 0:
                 if len(trans) >= limit:
                     raise AutomatonTooLarge(f"more than {limit} trie states")
-                nxt = len(trans)
-                trans[q][ord(ch)] = nxt
-                trans.append({})
+                trans[q][sym] = len(trans)
+                trans.append([-1] * len(symbols))
                 accept.append(False)
-            q = nxt
+            q = trans[q][sym]
         accept[q] = True
-    return Dfa([[(c, c, t) for c, t in sorted(d.items())] for d in trans], accept)
+    return Dfa(symbols, trans, accept)
 
 
 def length_range_dfa(lo: int, hi: int | None) -> Dfa:
     """Strings of ``lo`` to ``hi`` code points (``hi=None``: at least ``lo``)."""
     top = hi if hi is not None else lo
-    trans: list[Trans] = []
-    for i in range(top + 1):
-        nxt = i + 1 if i < top else (i if hi is None else -1)
-        trans.append([(0, MAX_CODE_POINT, nxt)] if nxt >= 0 else [])
-    return Dfa(trans, [lo <= i for i in range(top + 1)])
+    trans = [[i + 1 if i < top else (i if hi is None else -1)] for i in range(top + 1)]
+    return Dfa([EVERYTHING], trans, [lo <= i for i in range(top + 1)])
 
 
 # ---------------------------------------------------------------------------------------------
 # products, trimming, minimizing
 
-def product_states(dfas: Sequence[Dfa], limit: int = DEFAULT_LIMIT) -> tuple[list[Trans], list[tuple[int, ...]]]:
-    """The lockstep run of ``dfas`` over all code points: transitions and component states.
+def product_states(dfas: Sequence[Dfa], limit: int = DEFAULT_LIMIT) -> tuple[Dfa, list[tuple[int, ...]]]:
+    """The lockstep run of ``dfas`` (no state accepting yet) and each state's component states.
 
     A component that has rejected is ``-1`` in the tuple; every product state has a transition
-    for every code point, so any accepting condition (including negations) can be chosen later.
+    for every symbol, so any accepting condition (including negations) can be chosen later.
     """
+    blocks = partition([(rs, (k, sym)) for k, d in enumerate(dfas) for sym, rs in enumerate(d.symbols)])
+    symbols = [rs for rs, _ in blocks]
+    parts_of = []
+    for _, labels in blocks:
+        comp = [0] * len(dfas)
+        for k, sym in labels:
+            comp[k] = sym
+        parts_of.append(comp)
     start = tuple(d.start for d in dfas)
     ids = {start: 0}
     parts = [start]
-    trans: list[Trans] = [[]]
+    trans: list[list[int]] = []
     i = 0
     while i < len(parts):
         tup = parts[i]
-        edges: list[tuple[int, int, object]] = [(0, MAX_CODE_POINT, (-1, -1))]
-        for k, (d, q) in enumerate(zip(dfas, tup)):
-            if q >= 0:
-                edges.extend((lo, hi, (k, t)) for lo, hi, t in d.trans[q])
-        for lo, hi, targets in _sweep(edges):
-            nxt = [-1] * len(dfas)
-            for k, t in targets:
-                if k >= 0:
-                    nxt[k] = t
-            key = tuple(nxt)
+        row = []
+        for comp in parts_of:
+            key = tuple(-1 if q < 0 else d.trans[q][s] for d, q, s in zip(dfas, tup, comp))
             if key not in ids:
                 if len(parts) >= limit:
                     raise AutomatonTooLarge(f"more than {limit} product states")
                 ids[key] = len(parts)
                 parts.append(key)
-                trans.append([])
-            _add_range(trans[i], lo, hi, ids[key])
+            row.append(ids[key])
+        trans.append(row)
         i += 1
-    return trans, parts
+    return Dfa(symbols, trans, [False] * len(parts)), parts
 
 
 def product(dfas: Sequence[Dfa], accepting: Callable[[list[bool]], bool], limit: int = DEFAULT_LIMIT) -> Dfa:
     """The DFA accepting when ``accepting([component i accepts, ...])`` is true; trimmed."""
-    trans, parts = product_states(dfas, limit)
-    flags = [accepting([q >= 0 and d.accept[q] for d, q in zip(dfas, tup)]) for tup in parts]
-    return trim(Dfa(trans, flags))
+    d, parts = product_states(dfas, limit)
+    flags = [accepting([q >= 0 and c.accept[q] for c, q in zip(dfas, tup)]) for tup in parts]
+    return trim(replace(d, accept=flags))
 
 
 def _reachable(d: Dfa) -> list[int]:
     seen = {d.start}
     todo = [d.start]
     while todo:
-        for _, _, t in d.trans[todo.pop()]:
-            if t not in seen:
+        for t in d.trans[todo.pop()]:
+            if t >= 0 and t not in seen:
                 seen.add(t)
                 todo.append(t)
     return sorted(seen)
@@ -289,10 +319,11 @@ def _reachable(d: Dfa) -> list[int]:
 def trim(d: Dfa) -> Dfa:
     """Only the states reachable from the start that can still reach acceptance (renumbered)."""
     reach = _reachable(d)
-    back: dict[int, list[int]] = {}
+    back: dict[int, set[int]] = {}
     for q in reach:
-        for _, _, t in d.trans[q]:
-            back.setdefault(t, []).append(q)
+        for t in d.trans[q]:
+            if t >= 0:
+                back.setdefault(t, set()).add(q)
     live = {q for q in reach if d.accept[q]}
     todo = list(live)
     while todo:
@@ -301,52 +332,83 @@ def trim(d: Dfa) -> Dfa:
                 live.add(p)
                 todo.append(p)
     if d.start not in live:
-        return Dfa([[]], [False])
+        return Dfa([EVERYTHING], [[-1]], [False])
     order = [d.start] + [q for q in reach if q in live and q != d.start]
     new = {q: i for i, q in enumerate(order)}
-    trans: list[Trans] = []
-    for q in order:
-        row: Trans = []
-        for lo, hi, t in d.trans[q]:
-            if t in new:
-                _add_range(row, lo, hi, new[t])
-        trans.append(row)
-    return Dfa(trans, [d.accept[q] for q in order])
+    trans = [[new.get(t, -1) for t in d.trans[q]] for q in order]
+    return Dfa(d.symbols, trans, [d.accept[q] for q in order])
 
 
 def minimize(d: Dfa) -> Dfa:
-    """The minimal DFA of a trimmed DFA (Moore's partition refinement over range signatures)."""
-    n = len(d)
-    cls = [1 if a else 0 for a in d.accept]
-    count = len(set(cls))
-    while True:
-        sigs: dict[tuple, int] = {}
-        new = []
-        for q in range(n):
-            row: list[tuple[int, int, int]] = []
-            for lo, hi, t in d.trans[q]:
-                c = cls[t]
-                if row and row[-1][2] == c and row[-1][1] + 1 == lo:
-                    row[-1] = (row[-1][0], hi, c)
+    """The minimal DFA of a trimmed DFA (Hopcroft's partition refinement), with the symbols that
+    no state tells apart merged."""
+    n, nsym = len(d), len(d.symbols)
+    dead = n                                  # the implicit rejecting state, made explicit
+    rows = [[t if t >= 0 else dead for t in row] for row in d.trans] + [[dead] * nsym]
+    inverse: list[dict[int, list[int]]] = [{} for _ in range(nsym)]
+    for q, row in enumerate(rows):
+        for sym, t in enumerate(row):
+            inverse[sym].setdefault(t, []).append(q)
+    acc = {q for q in range(n) if d.accept[q]}
+    blocks: list[set[int]] = [b for b in (acc, set(range(n + 1)) - acc) if b]
+    block_of = [0] * (n + 1)
+    for b, members in enumerate(blocks):
+        for q in members:
+            block_of[q] = b
+    work = {min(range(len(blocks)), key=lambda b: len(blocks[b]))} if len(blocks) == 2 else set()
+    while work:
+        a = work.pop()
+        splitter = list(blocks[a])
+        for sym in range(nsym):
+            inv = inverse[sym]
+            hit: dict[int, set[int]] = {}
+            for t in splitter:
+                for q in inv.get(t, ()):
+                    hit.setdefault(block_of[q], set()).add(q)
+            for b, part in hit.items():
+                if len(part) == len(blocks[b]):
+                    continue
+                blocks[b] -= part
+                blocks.append(part)
+                nb = len(blocks) - 1
+                for q in part:
+                    block_of[q] = nb
+                if b in work or len(part) <= len(blocks[b]):
+                    work.add(nb)
                 else:
-                    row.append((lo, hi, c))
-            new.append(sigs.setdefault((cls[q], tuple(row)), len(sigs)))
-        cls = new
-        if len(sigs) == count:
-            break
-        count = len(sigs)
+                    work.add(b)
     order: dict[int, int] = {}
     for q in [d.start] + list(range(n)):
-        order.setdefault(cls[q], len(order))
-    trans: list[Trans] = [[] for _ in order]
+        order.setdefault(block_of[q], len(order))
+    dead_block = block_of[dead]
+    trans: list[list[int]] = [[] for _ in order]
     accept = [False] * len(order)
-    done = set()
     for q in range(n):
-        c = order[cls[q]]
-        if c in done:
-            continue
-        done.add(c)
-        accept[c] = d.accept[q]
-        for lo, hi, t in d.trans[q]:
-            _add_range(trans[c], lo, hi, order[cls[t]])
-    return Dfa(trans, accept, 0)
+        c = order[block_of[q]]
+        if not trans[c]:
+            accept[c] = d.accept[q]
+            trans[c] = [-1 if block_of[t] == dead_block else order[block_of[t]] for t in rows[q]]
+    return _merge_symbols(Dfa(d.symbols, trans, accept, 0))
+
+
+def _merge_symbols(d: Dfa) -> Dfa:
+    columns: dict[tuple, list[int]] = {}
+    for sym in range(len(d.symbols)):
+        columns.setdefault(tuple(row[sym] for row in d.trans), []).append(sym)
+    if len(columns) == len(d.symbols):
+        return d
+    groups = list(columns.values())
+    symbols = [tuple(sorted(r for s in g for r in d.symbols[s])) for g in groups]
+    symbols = [tuple(_merge(rs)) for rs in symbols]
+    trans = [[row[g[0]] for g in groups] for row in d.trans]
+    return Dfa(symbols, trans, d.accept, d.start)
+
+
+def _merge(ranges) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(hi, out[-1][1]))
+        else:
+            out.append((lo, hi))
+    return out

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from halter.grammar.ast import Expr, Literal, Repeat, RuleRef, alt
 from halter.schemas import merge as merging
-from halter.schemas.char_automaton import Dfa
+from halter.schemas.char_automaton import EVERYTHING, Dfa
 from halter.schemas.json_text import NEVER, JsonText, cat
 from halter.schemas.refs import pointer_escape
 from halter.schemas.rules import Rules
@@ -281,7 +281,7 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
                     or n in needed]
     names_given = prop_names is not None and prop_names is not True and \
         not (isinstance(prop_names, dict) and not set(prop_names) - merging.ANNOTATIONS)
-    names = (Dfa([[]], [False]) if prop_names is False else names_dfa(conv, prop_names, f"{ptr}/propertyNames")) \
+    names = (Dfa([EVERYTHING], [[-1]], [False]) if prop_names is False else names_dfa(conv, prop_names, f"{ptr}/propertyNames")) \
         if names_given else None
     exact = None
     if pattern_props or names is not None:

@@ -14,6 +14,7 @@ exceeds its state limit, or more than ``MAX_KEY_CLASSES`` sets occur.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from halter.grammar.ast import Expr, Literal, Repeat
@@ -64,9 +65,9 @@ def partition_keys(conv: "Converter", pattern_props: dict, additional: Any, know
     dfas = [conv.strings.pattern_dfa(p, f"{ptr}/patternProperties") for p in pats]
     if any(d is None for d in dfas):
         return None
-    components = [*dfas, literal_set(known)] + ([names] if names is not None else [])
     try:
-        trans, parts = product_states(components)
+        components = [*dfas, literal_set(known)] + ([names] if names is not None else [])
+        joint, parts = product_states(components)
     except AutomatonTooLarge:
         return None
     k = len(pats)
@@ -97,7 +98,7 @@ def partition_keys(conv: "Converter", pattern_props: dict, additional: Any, know
             groups.setdefault(value, set()).add(cls)
     out = []
     for value, members in groups.items():
-        keys = trim(Dfa(trans, [lb in members for lb in labels]))
+        keys = trim(replace(joint, accept=[lb in members for lb in labels]))
         body = dfa_to_expr(keys, conv.js, conv.hint(ptr) + "-key", Literal('"'))
         if body is not None:
             out.append((conv.rules.add(conv.hint(ptr) + "-key", cat(Literal('"'), body)), value))

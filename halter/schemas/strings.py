@@ -7,10 +7,11 @@ one with a length bound that does not simply fit its repeat, are intersected as 
 """
 from __future__ import annotations
 
+import itertools
 import re
 from typing import TYPE_CHECKING
 
-from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq
+from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, alt
 from halter.schemas.automaton_grammar import dfa_to_expr
 from halter.schemas.char_automaton import AutomatonTooLarge, Dfa, from_expr, length_range_dfa, minimize, product
 from halter.schemas.formats import APPROXIMATE_FORMATS, FORMATS, UNCHECKED_FORMATS
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from halter.schemas.converter import Converter
 
 ANY_CHAR = CharClass(((0, MAX_CODE_POINT),))
+MAX_LENGTH_BRANCHES = 16
 
 
 def length_range(expr: Expr) -> tuple[int, int | None]:
@@ -101,13 +103,14 @@ class StringBuilder:
         expr = self.pattern_expr(pattern, ptr)
         return None if expr is None else self.expr_dfa(expr)
 
-    def exact_string(self, exprs: list[Expr], lo: int, hi: int | None) -> Expr | bool | None:
+    def exact_string(self, exprs: list[Expr], lo: int, hi: int | None) -> Expr | None | bool:
         """A quoted string matching every one of ``exprs`` with lo..hi code points.
 
         None when no string does; False when the automaton would be too large.
         """
         key = (tuple(exprs), lo, hi)
         if key not in self._exact:
+            self._exact[key] = False
             dfas = [self.expr_dfa(e) for e in exprs]
             if any(d is None for d in dfas):
                 return False
@@ -125,6 +128,9 @@ class StringBuilder:
         expr = self.pattern_expr(pattern, ptr)
         if expr is None:
             return True
+        dfa = self.expr_dfa(expr)
+        if dfa is not None:
+            return dfa.matches(text)
         return re.fullmatch(to_python_regex(expr), text, re.S) is not None
 
     def build(self, s: dict, ptr: str) -> Expr | None:
@@ -180,17 +186,39 @@ class StringBuilder:
 
 
 def _fit_length(expr: Expr, lo: int, hi: int | None) -> Expr | None:
-    """``expr`` restricted to lengths lo..hi when that is simple: fixed parts around one repeat."""
+    """``expr`` restricted to lengths lo..hi when that is simple: one repeat of single characters
+    among parts of fixed length, or alternations of them (a branch per combination of lengths).
+
+    Spelled this way a bound like ``maxLength: 32767`` stays a counted repeat, where an automaton
+    would need a state per length.
+    """
     items = list(expr.items) if isinstance(expr, Seq) else [expr]
     reps = [i for i, it in enumerate(items) if isinstance(it, Repeat) and length_range(it.expr) == (1, 1)]
-    others = [it for i, it in enumerate(items) if i not in reps]
-    if len(reps) != 1 or any(length_range(o)[0] != length_range(o)[1] for o in others):
+    if len(reps) != 1:
         return None
-    fixed = sum(length_range(o)[0] for o in others)
+    choices: list[list[tuple[int, Expr]]] = []
+    for i, it in enumerate(items):
+        a, b = length_range(it)
+        if i == reps[0] or a == b:
+            choices.append([(a if i != reps[0] else 0, it)])
+        elif isinstance(it, Alt) and all(len(set(length_range(o))) == 1 for o in it.options):
+            by_length: dict[int, list[Expr]] = {}
+            for o in it.options:
+                by_length.setdefault(length_range(o)[0], []).append(o)
+            choices.append([(n, alt(*os)) for n, os in sorted(by_length.items())])
+        else:
+            return None
+    combos = list(itertools.product(*choices))
+    if len(combos) > MAX_LENGTH_BRANCHES:
+        return None
     r: Repeat = items[reps[0]]
-    new_min = max(r.min, lo - fixed)
-    new_max = r.max if hi is None else (hi - fixed if r.max is None else min(r.max, hi - fixed))
-    if new_max is not None and new_max < new_min:
-        return None
-    items[reps[0]] = Repeat(r.expr, new_min, new_max)
-    return Seq(tuple(items)) if len(items) > 1 else items[0]
+    branches = []
+    for combo in combos:
+        fixed = sum(n for n, _ in combo)
+        new_min = max(r.min, lo - fixed)
+        new_max = r.max if hi is None else (hi - fixed if r.max is None else min(r.max, hi - fixed))
+        if new_max is not None and new_max < new_min:
+            continue
+        parts = [Repeat(r.expr, new_min, new_max) if k == reps[0] else e for k, (_, e) in enumerate(combo)]
+        branches.append(Seq(tuple(parts)) if len(parts) > 1 else parts[0])
+    return alt(*branches) if branches else None
