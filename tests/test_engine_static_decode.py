@@ -8,7 +8,7 @@ import torch
 from tests.engine_fixtures import Greedy, tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
 from halter.engine import Model
 from halter.engine.generation import Request, Timings, shift_context
-from halter.engine.static_decode import bucket_sizes, resolve_mode
+from halter.engine.static_decode import bucket_sizes, resolve_mode, span_sizes
 
 PROMPT = [104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100]          # "hello world"
 GRAMMAR = 'root ::= "{\\"n\\": " [1-9] [0-9]* "}"'
@@ -60,6 +60,21 @@ def test_static_step_gives_the_eager_logits_and_cache(tiny_gguf_dir: str, arch: 
     assert (static.cache.pos == eager.cache.pos).all()
     assert torch.allclose(static.cache.k, eager.cache.k, atol=1e-5)
     assert torch.allclose(static.cache.v, eager.cache.v, atol=1e-5)
+
+
+def test_attention_span_buckets_give_the_eager_logits(tiny_gguf_dir: str) -> None:
+    eager, static = _pair(tiny_gguf_dir)
+    static.set_decode("static", min_span=16)                   # spans 16, 32, 64 of n_ctx 64
+    for m in (eager, static):
+        m.eval_prompt(_tokens(9, 1), 0)
+        m.eval_prompt(_tokens(5, 2), 2)
+    for step in range(50):                                     # row 0 grows to 59 cells
+        assert _close(static.decode([[step], [4]], [2, 0]), eager.decode([[step], [4]], [2, 0]))
+    assert sorted(static._static.steps) == [(4, 16), (4, 32), (4, 64)]
+    for m in (eager, static):
+        m.cache.seq_rm(0, 3, None)                             # back to a short row: a short span
+    assert _close(static.decode([[1]], [0]), eager.decode([[1]], [0]))
+    assert (1, 16) in static._static.steps
 
 
 def test_padding_rows_are_left_untouched(models: tuple[Model, Model]) -> None:
@@ -183,6 +198,8 @@ def test_modes_resolve_and_bad_ones_are_refused(static_llama: Model) -> None:
     assert static_llama.decode_mode == "static"
     assert bucket_sizes(1) == [1] and bucket_sizes(4) == [1, 2, 4] and bucket_sizes(6) == [1, 2, 4, 6]
     assert bucket_sizes(16) == [1, 2, 4, 8, 16]
+    assert span_sizes(4096) == [256, 512, 1024, 2048, 4096] and span_sizes(168) == [168]
+    assert span_sizes(300) == [256, 300] and span_sizes(64, 16) == [16, 32, 64]
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -203,7 +220,7 @@ def test_cuda_graph_decode_equals_eager_on_cuda(tiny_gguf_dir: str) -> None:
         m.cache.seq_rm(0, 2, 5)
         m.cache.seq_add(0, 5, None, -3)
     assert _close(graph.decode([[9]], [0]), eager.decode([[9]], [0]))
-    assert sorted(graph._static.steps) == [1, 4]
+    assert sorted(graph._static.steps) == [(1, 64), (4, 64)]
 
 
 @cuda

@@ -113,18 +113,19 @@ class Model:
                         dtype=dt, device=dev)
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
-    def set_decode(self, mode: str = "auto", *, backend: Any = None) -> None:
+    def set_decode(self, mode: str = "auto", *, backend: Any = None, min_span: int = 256) -> None:
         """How one-token decode steps run: ``"eager"``, ``"static"``, ``"compile"``, ``"cuda-graph"``.
 
         ``"auto"`` is ``"cuda-graph"`` on CUDA and ``"eager"`` on the CPU. The static modes run
-        ``halter.engine.static_decode``'s fixed-shape step (attention over all ``n_ctx`` cells);
+        ``halter.engine.static_decode``'s fixed-shape step (attention over a span bucket of cells:
+        powers of two from ``min_span``, and ``n_ctx``);
         ``"compile"`` compiles it with ``torch.compile(backend=backend or "inductor")``,
         ``"cuda-graph"`` captures one CUDA graph per batch bucket on first use. Prompt chunks and
         ``all_logits`` calls always run eagerly. Previously compiled steps or graphs are dropped.
         """
         resolved = resolve_mode(mode, self.device)
         self._static = None if resolved == "eager" else \
-            StaticDecoder(self.net, self.rope, self.cache, resolved, backend=backend)
+            StaticDecoder(self.net, self.rope, self.cache, resolved, backend=backend, min_span=min_span)
         self.decode_mode = resolved
 
     # -- properties ---------------------------------------------------------------------------

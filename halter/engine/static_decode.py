@@ -1,12 +1,13 @@
 """The static-shape decode step: one new token for each of the first B cache rows, fixed shapes.
 
 ``Model.decode`` attends over a variable number of cells and builds new tensors every call, which
-nothing can capture or compile once. Here a step for batch bucket ``B`` has preallocated device
-inputs (token, position, cell, active flag and output order per row), attends over the whole
-cache length ``n_ctx`` (empty cells hold position -1 and are masked already) and writes its
-logits into a preallocated ``[B, n_vocab]`` buffer, so the same step can be run as is
+nothing can capture or compile once. Here a step for bucket ``(B, L)`` has preallocated device
+inputs (token, position, cell, active flag and output order per row), attends over the first
+``L`` cells of each row (a span bucket: powers of two from ``min_span`` up, and ``n_ctx``; empty
+cells hold position -1 and are masked already) and writes its logits into a preallocated
+``[B, n_vocab]`` buffer, so the same step can be run as is
 (``"static"``), compiled with ``torch.compile(fullgraph=True, dynamic=False)`` (``"compile"``) or
-captured once into a CUDA graph and replayed (``"cuda-graph"``).
+captured once per bucket into a CUDA graph and replayed (``"cuda-graph"``).
 
 Batch row ``b`` is cache row ``b``: keys and values are read through views of the cache (no
 gather). A bucket covers the requested sequences' rows and pads with the others, which are
@@ -48,11 +49,21 @@ def bucket_sizes(n_seq: int) -> list[int]:
     return sizes + [n_seq]
 
 
+def span_sizes(n_ctx: int, min_span: int = 256) -> list[int]:
+    """Attention span buckets: the powers of two from ``min_span`` below ``n_ctx``, and ``n_ctx``."""
+    sizes, s = [], 1 << max(0, min_span - 1).bit_length()
+    while s < n_ctx:
+        sizes.append(s)
+        s *= 2
+    return sizes + [n_ctx]
+
+
 def static_forward(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache: torch.Tensor,
                    pos_cache: torch.Tensor, inputs: torch.Tensor, rows: torch.Tensor,
-                   out: torch.Tensor) -> None:
+                   out: torch.Tensor, span: int) -> None:
     """One token for each of cache rows ``0..B-1`` (``B = inputs.shape[1]``); logits into ``out``.
 
+    Attention covers the first ``span`` cells of each row (every active row's tokens lie there).
     ``inputs [5, B]`` holds per row the token, position, cell, active flag (0/1) and, in its
     first entries, the output order (unused here). Writes keys, values and positions of the
     active rows into their cells; inactive rows write back what their cell already holds.
@@ -61,8 +72,8 @@ def static_forward(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache:
     tokens, positions, cells = inputs[_TOKEN], inputs[_POS], inputs[_CELL]
     active = inputs[_ACTIVE].bool()
     pos_cache[rows, cells] = torch.where(active, positions, pos_cache[rows, cells])
-    cached = pos_cache[:B]                                                     # [B, C]
-    mask = ((cached <= positions[:, None]) & (cached >= 0))[:, None, None, :]  # [B, 1, 1, C]
+    cached = pos_cache[:B, :span]                                              # [B, L]
+    mask = ((cached <= positions[:, None]) & (cached >= 0))[:, None, None, :]  # [B, 1, 1, L]
     cos, sin = rope.cos_sin(positions[:, None])
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)                              # [B, 1, 1, D/2]
     keep = active[:, None, None]
@@ -73,17 +84,17 @@ def static_forward(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache:
         kc, vc = k_cache[attn.layer], v_cache[attn.layer]                       # [S, Hkv, C, D]
         kc[rows, :, cells] = torch.where(keep, k[:, 0], kc[rows, :, cells])     # [B, Hkv, D]
         vc[rows, :, cells] = torch.where(keep, v[:, 0], vc[rows, :, cells])
-        h = x + attn.attend(q, kc[:B], vc[:B], mask)
+        h = x + attn.attend(q, kc[:B, :, :span], vc[:B, :, :span], mask)
         x = h + layer.feed_forward(layer.ffn_norm(h))
     out.copy_(net.output(net.norm(x))[:, 0].float())
 
 
 class StaticStep:
-    """The decode step for bucket ``B``: its input and output buffers and how it is run."""
+    """The decode step for bucket ``(B, span)``: its input and output buffers and how it is run."""
 
-    def __init__(self, net: Transformer, rope: Rope, cache: KVCache, B: int) -> None:
+    def __init__(self, net: Transformer, rope: Rope, cache: KVCache, B: int, span: int) -> None:
         dev = cache.k.device
-        self.B, self.net, self.rope, self.cache = B, net, rope, cache
+        self.B, self.span, self.net, self.rope, self.cache = B, span, net, rope, cache
         self.inputs = torch.zeros((5, B), dtype=torch.long, device=dev)
         self.rows = torch.arange(B, device=dev)
         self.logits = torch.zeros((B, net.config.n_vocab), dtype=torch.float32, device=dev)
@@ -97,7 +108,7 @@ class StaticStep:
 
     def forward(self) -> None:
         static_forward(self.net, self.rope, self.cache.k, self.cache.v, self.cache.pos,
-                       self.inputs, self.rows, self.logits)
+                       self.inputs, self.rows, self.logits, self.span)
 
     def stage(self, tokens: Sequence[int], seq_ids: Sequence[int], positions: np.ndarray,
               cells: np.ndarray) -> None:
@@ -121,40 +132,44 @@ class StaticDecoder:
 
     ``mode``: ``"static"`` (the step as is), ``"compile"`` (``torch.compile`` with ``backend``,
     default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed).
+    ``min_span`` is the smallest attention span bucket.
     """
 
     def __init__(self, net: Transformer, rope: Rope, cache: KVCache, mode: str,
-                 backend: Any = None) -> None:
+                 backend: Any = None, min_span: int = 256) -> None:
         if mode not in ("static", "compile", "cuda-graph"):
             raise ValueError(f"StaticDecoder mode must be static, compile or cuda-graph, not {mode!r}")
         self.net, self.rope, self.cache, self.mode = net, rope, cache, mode
         self.buckets = bucket_sizes(cache.n_seq)
-        self.steps: dict[int, StaticStep] = {}
+        self.spans = span_sizes(cache.n_ctx, min_span)
+        self.steps: dict[tuple[int, int], StaticStep] = {}
         self._compiled: Any = None
         if mode == "compile":
             self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
                                            backend="inductor" if backend is None else backend)
         self._pool: Any = None
 
-    def bucket(self, n_rows: int) -> int:
-        """The smallest bucket holding cache rows ``0..n_rows-1``."""
-        return next(b for b in self.buckets if b >= n_rows)
+    def bucket(self, n_rows: int, n_cells: int) -> tuple[int, int]:
+        """The smallest bucket holding cache rows ``0..n_rows-1`` and cells ``0..n_cells-1``."""
+        return (next(b for b in self.buckets if b >= n_rows),
+                next(s for s in self.spans if s >= n_cells))
 
-    def step_for(self, B: int) -> StaticStep:
+    def step_for(self, B: int, span: int) -> StaticStep:
         """The bucket's step, built (compiled, captured) on first use."""
-        st = self.steps.get(B)
+        st = self.steps.get((B, span))
         if st is None:
-            st = StaticStep(self.net, self.rope, self.cache, B)
+            st = StaticStep(self.net, self.rope, self.cache, B, span)
             if self.mode == "compile":
                 compiled = self._compiled
                 args = (self.net, self.rope, self.cache.k, self.cache.v, self.cache.pos,
-                        st.inputs, st.rows, st.logits)
-                with torch._dynamo.config.patch(recompile_limit=max(8, 2 * len(self.buckets))):
+                        st.inputs, st.rows, st.logits, span)
+                limit = max(8, 2 * len(self.buckets) * len(self.spans))
+                with torch._dynamo.config.patch(recompile_limit=limit):
                     compiled(*args)          # compile now: every row inactive, the cache is unchanged
                 st.run = lambda: compiled(*args)
             elif self.mode == "cuda-graph":
                 st.run = self._capture(st)
-            self.steps[B] = st
+            self.steps[B, span] = st
         return st
 
     def _capture(self, st: StaticStep) -> Callable[[], None]:
@@ -179,7 +194,7 @@ class StaticDecoder:
 
         ``positions`` and ``cells`` were reserved in the cache already (host side only).
         """
-        st = self.step_for(self.bucket(max(seq_ids) + 1))
+        st = self.step_for(*self.bucket(max(seq_ids) + 1, int(cells.max()) + 1))
         st.stage(tokens, seq_ids, positions, cells)
         st.run()
         return st.logits.index_select(0, st.inputs[_ORDER, :len(seq_ids)])
