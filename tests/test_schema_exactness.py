@@ -108,6 +108,17 @@ ONE_OF = [
     ({"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
                 {"type": "object", "properties": {"kind": {"enum": ["b", "c"]}}, "required": ["kind", "y"]}]},
      [{"kind": "a", "x": 1}, {"kind": "b", "y": 1}, {"kind": "a", "y": 2}], [{"kind": "b"}, {"kind": "d", "y": 1}, {}]),
+    # closed objects with no key in common share only {}, which three branches accept: exactly-one
+    # rejects it (bitbucket-pipelines' step/stage/parallel items, nested inside another oneOf)
+    ({"$defs": {"item": {"oneOf": [
+        {"type": "object", "properties": {"step": {"type": "object"}}, "additionalProperties": False},
+        {"type": "object", "properties": {"stage": {"type": "object"}}, "additionalProperties": False},
+        {"type": "object", "properties": {"parallel": {"type": "array"}}, "additionalProperties": False}]}},
+      "type": "array", "items": {"oneOf": [
+          {"type": "object", "properties": {"variables": {"type": "array"}}, "additionalProperties": False},
+          {"$ref": "#/$defs/item"}]}},
+     [[{"step": {}}, {"variables": []}, {}, {"parallel": [1]}]],
+     [[{"step": {}, "stage": {}}], [{"step": 1}], [{"x": 1}], [{"variables": [], "step": {}}]]),
     # a constant checked against the other branch
     ({"oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "full"}]}, [1, "full", 0.5], [0, "x", -1]),
 ]
@@ -126,10 +137,11 @@ def test_disjoint_one_of_branches_are_exact_without_negation(schema, valid, inva
 
 
 def test_overlapping_object_branches_are_still_reported():
-    """Both branches accept {} (nothing required), and additionalProperties: false has no positive
-    negation, so exactly-one cannot be enforced: default mode warns and accepts {}."""
-    schema = {"oneOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": False},
-                        {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]}
+    """Both branches accept {"a": 1}, and additionalProperties: false has no positive negation (nor
+    have the nested property schemas in general), so exactly-one cannot be enforced: default mode
+    warns and accepts the overlap."""
+    schema = {"oneOf": [{"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False},
+                        {"type": "object", "properties": {"a": {}, "c": {}}, "additionalProperties": False}]}
     with pytest.warns(SchemaWarning, match="oneOf"):
         g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
-    assert g.matches('{"a": 1}') and g.matches("{}")
+    assert g.matches('{"b": 1}') and g.matches('{"a": 1}')

@@ -3,7 +3,9 @@
 Exactly-one is "at least one" (``anyOf``) when the branches cannot overlap, which is proved pair by
 pair from their types, constant values (checked against the other branch) and, for objects, a key
 one branch requires that the other forbids (``additionalProperties: false``) or constrains to
-disjoint values (tagged unions: ``{"kind": {"const": "a"}}``). Otherwise it is the union over i of "branch i and the negation of
+disjoint values (tagged unions: ``{"kind": {"const": "a"}}``). Closed objects
+(``additionalProperties: false``) with no key in common can only share ``{}``; the union is then
+exact once ``{}`` is excluded when two branches accept it (``exclusive``). Otherwise it is the union over i of "branch i and the negation of
 every other branch", which is exact whenever each branch has a positive negation
 (``logic.negate``). When neither works the converter treats ``oneOf`` as ``anyOf`` (a superset; a
 warning, or an error in strict mode).
@@ -33,6 +35,12 @@ def exclusive(conv: "Converter", options: list, ptr: str, base: str) -> list[tup
 
     None when a branch has no positive negation (see ``logic.negate``), there are more than
     ``MAX_EXCLUSIVE`` branches, or the intersections make too many alternatives."""
+    shared_empty = _apart_but_empty(conv, options, ptr, base)
+    if shared_empty is not None:
+        # {} is the only instance two branches can share: it is valid only if one branch accepts it
+        extra = {"minProperties": 1} if shared_empty else {}
+        return [a for i, o in enumerate(options)
+                for a in conv.alternatives({"allOf": [o, extra]} if extra else o, f"{ptr}/oneOf/{i}", base, inline=False)]
     if len(options) > MAX_EXCLUSIVE:
         return None
     negs = [logic.negate(o, lambda r: conv.local_target(r, base, ptr), conv.draft) for o in options]
@@ -118,6 +126,38 @@ def _apart(conv: "Converter", a: Any, b: Any, outer: set | None, base: str, ptr:
     if common == {"object"}:
         return _objects_apart(conv, a, b, base, ptr, depth) or _objects_apart(conv, b, a, base, ptr, depth)
     return False
+
+
+def _apart_but_empty(conv: "Converter", options: list, ptr: str, base: str) -> bool | None:
+    """When every two branches are disjoint or closed objects with no common key (so ``{}`` is all
+    they can share): whether at least two branches accept ``{}``. Otherwise None."""
+    for i in range(len(options)):
+        for j in range(i + 1, len(options)):
+            if not _share_at_most_empty(conv, options[i], options[j], base, ptr, 0):
+                return None
+    return sum(1 for o in options if conv.valid(_resolve(conv, o, base, ptr), {})) >= 2
+
+
+def _share_at_most_empty(conv: "Converter", a: Any, b: Any, base: str, ptr: str, depth: int) -> bool:
+    """No instance but ``{}`` is valid under both: disjoint, or closed objects with no common key
+    (a branch that is itself only an ``anyOf``/``oneOf`` is checked member by member)."""
+    if _apart(conv, a, b, None, base, ptr, depth):
+        return True
+    a, b = _resolve(conv, a, base, ptr), _resolve(conv, b, base, ptr)
+    if not isinstance(a, dict) or not isinstance(b, dict) or depth > _MAX_DEPTH:
+        return False
+    for x, y in ((a, b), (b, a)):
+        for key in ("anyOf", "oneOf"):
+            if isinstance(x.get(key), list) and not set(x) - merging.ANNOTATIONS - {key}:
+                return all(_share_at_most_empty(conv, m, y, base, ptr, depth + 1) for m in x[key])
+    return _closed(a) and _closed(b) and not set(a.get("properties") or {}) & set(b.get("properties") or {})
+
+
+def _closed(s: dict) -> bool:
+    """An object schema naming all its keys in ``properties`` (no other keys allowed)."""
+    return s.get("additionalProperties") is False and not s.get("patternProperties") and \
+        merging.types_of(s) is not None and merging.types_of(s) <= {"object"} and \
+        not set(s) & {"allOf", "anyOf", "oneOf", "$ref", "not", "if", "unevaluatedProperties"}
 
 
 JSON_KINDS = ("null", "boolean", "object", "array", "string", "number")
