@@ -10,7 +10,9 @@ is its second sequence). Prompts are evaluated in chunks of ``n_batch``; then ev
    guidance row if any, and each row is sampled by its ``CommonSampler`` (grammar-first or
    resample-on-reject, with the bitmask from step 2), accepted, and checked for an end;
 4. a sequence that filled its context is shifted (llama.cpp: keep ``n_keep``, drop half of the
-   rest), and one batched forward pass is launched for the rows still running.
+   rest), and one batched forward pass is launched for the rows still running (``Model.decode``
+   with one token per row: the static step of ``halter.engine.static_decode`` — a CUDA graph
+   replay by default on CUDA — unless the model's decode mode is eager; prompts stay eager).
 
 More requests than cache sequences run in consecutive chunks. ``generate`` is this loop with one
 request; ``generate_batch`` maps a list of requests onto it.

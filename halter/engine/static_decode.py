@@ -163,7 +163,8 @@ class StaticDecoder:
                 compiled = self._compiled
                 args = (self.net, self.rope, self.cache.k, self.cache.v, self.cache.pos,
                         st.inputs, st.rows, st.logits, span)
-                limit = max(8, 2 * len(self.buckets) * len(self.spans))
+                # one cache entry per bucket (and per model): more than dynamo's default limit of 8
+                limit = max(torch._dynamo.config.recompile_limit, 1024)
                 with torch._dynamo.config.patch(recompile_limit=limit):
                     compiled(*args)          # compile now: every row inactive, the cache is unchanged
                 st.run = lambda: compiled(*args)
