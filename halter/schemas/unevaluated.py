@@ -202,18 +202,28 @@ class _Rewriter:
     def one_of(self, branches: list, base: str, depth: int) -> list[Case]:
         bc = [self.sub(b, base, depth) for b in branches]
         evs = {ev for cs in bc for _, ev in cs}
-        if len(evs) <= 1:
-            return [([{"oneOf": [_any(cs) for cs in bc]}], next(iter(evs), NOTHING))]
+        whole = [([{"oneOf": [_any(cs) for cs in bc]}], next(iter(evs), NOTHING))]
+        if len(bc) == 1:
+            return bc[0]
         if len(branches) > one_of.MAX_EXCLUSIVE:
+            if len(evs) <= 1:
+                return whole
             raise _Fallback(f"more than {one_of.MAX_EXCLUSIVE} oneOf branches")
         try:
-            disjoint = one_of.disjoint(self.conv, [self.part(b, base) for b in branches], self.ptr)
+            disjoint = one_of.disjoint(self.conv, [self.part(b, base) for b in branches], self.ptr,
+                                       base=self.base0)
         except SchemaError:
             disjoint = False
+        if disjoint and len(evs) <= 1:
+            return whole
         out: list[Case] = []
         for i, cs in enumerate(bc):
             others = [_any(c) for j, c in enumerate(bc) if j != i]
-            rest = [] if disjoint else [self.negation({"anyOf": others})]
+            rest = [] if disjoint else [self._negate({"anyOf": others}, 0)]
+            if rest and rest[0] is None:
+                if len(evs) <= 1:
+                    return whole      # the converter's oneOf handling (or its warning)
+                rest = [{"not": {"anyOf": others}}]
             out.extend((parts + rest, ev) for parts, ev in cs)
         return _group(out)
 
