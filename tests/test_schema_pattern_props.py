@@ -18,7 +18,7 @@ def check(schema: dict, instances: list) -> Grammar:
     with warnings.catch_warnings():
         warnings.simplefilter("error", SchemaWarning)
         g = Grammar.from_json_schema(schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
     verdicts = set()
     for inst in instances:
         want = validator.is_valid(inst)
@@ -114,3 +114,16 @@ def test_too_many_overlapping_patterns_fall_back_with_a_warning():
 def test_grammar_for_several_patterns_stays_small():
     gbnf = json_schema_to_gbnf(OVERLAPPING)
     assert len(gbnf) < 20_000
+
+
+def test_property_names_enum_and_format():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}},
+              "propertyNames": {"enum": ["a", "b", "c"]}, "additionalProperties": {"type": "string"}}
+    check(schema, [{"a": 1}, {"a": "1"}, {"b": "x"}, {"b": 1}, {"d": "x"}, {"a": 1, "c": "z"}])
+    schema = {"type": "object", "propertyNames": {"format": "ipv4"}}
+    check(schema, [{"1.2.3.4": 1}, {"1.2.3": 1}, {"x": 1}, {}])
+
+
+def test_excluded_strings_next_to_a_pattern_or_length():
+    check({"type": "string", "minLength": 2, "not": {"enum": ["ab", "abc"]}}, ["a", "ab", "abc", "abd", ""])
+    check({"type": "string", "pattern": "^a", "not": {"const": "ab"}}, ["a", "ab", "abc", "b"])

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from halter.grammar.ast import Expr, Literal, Repeat
 from halter.schemas import merge as merging
 from halter.schemas.automaton_grammar import dfa_to_expr
+from halter.schemas.formats import FORMATS
 from halter.schemas.char_automaton import (AutomatonTooLarge, Dfa, length_range_dfa, literal_set,
                                            product, product_states, trim)
 from halter.schemas.json_text import cat
@@ -30,15 +31,15 @@ if TYPE_CHECKING:
 
 MAX_KEY_CLASSES = 16
 """Most distinct "matches exactly these patterns" key classes written out for one object."""
-_NAME_KEYWORDS = {"type", "pattern", "minLength", "maxLength"}
+_NAME_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "format", "enum", "const"}
 
 
 def names_dfa(conv: "Converter", names_schema: Any, ptr: str) -> Dfa | None:
-    """The DFA of the strings valid under a ``propertyNames`` schema made of pattern/length
-    keywords; None for any other schema (or one too large)."""
+    """The DFA of the strings valid under a ``propertyNames`` schema made of pattern, length,
+    format and string enum/const keywords; None for any other schema (or one too large)."""
     if not isinstance(names_schema, dict) or set(names_schema) - merging.ANNOTATIONS - _NAME_KEYWORDS:
         return None
-    if names_schema.get("type", "string") != "string":
+    if names_schema.get("type", "string") not in ("string", ["string"]):
         return None
     dfas = []
     pat = names_schema.get("pattern")
@@ -47,6 +48,22 @@ def names_dfa(conv: "Converter", names_schema: Any, ptr: str) -> Dfa | None:
         if d is None:
             return None
         dfas.append(d)
+    fmt = names_schema.get("format")
+    if fmt is not None:
+        if fmt not in FORMATS:
+            return None
+        expr = conv.strings.pattern_expr(FORMATS[fmt], ptr, anchored=True)
+        d = conv.strings.expr_dfa(expr) if expr is not None else None
+        if d is None:
+            return None
+        dfas.append(d)
+    for kw in ("enum", "const"):
+        if kw in names_schema:
+            values = names_schema[kw] if kw == "enum" else [names_schema[kw]]
+            try:
+                dfas.append(literal_set([v for v in values if isinstance(v, str)]))
+            except AutomatonTooLarge:
+                return None
     lo, hi = int(names_schema.get("minLength", 0)), names_schema.get("maxLength")
     if lo or hi is not None:
         dfas.append(length_range_dfa(lo, None if hi is None else int(hi)))

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, alt
 from halter.schemas.automaton_grammar import dfa_to_expr
-from halter.schemas.char_automaton import AutomatonTooLarge, Dfa, from_expr, length_range_dfa, minimize, product
+from halter.schemas.char_automaton import (AutomatonTooLarge, Dfa, from_expr, length_range_dfa, literal_set,
+                                           minimize, product)
 from halter.schemas.formats import APPROXIMATE_FORMATS, FORMATS, UNCHECKED_FORMATS
 from halter.schemas.json_text import JsonText, cat
 from halter.schemas.objects import key_complement
@@ -103,20 +104,22 @@ class StringBuilder:
         expr = self.pattern_expr(pattern, ptr)
         return None if expr is None else self.expr_dfa(expr)
 
-    def exact_string(self, exprs: list[Expr], lo: int, hi: int | None) -> Expr | None | bool:
-        """A quoted string matching every one of ``exprs`` with lo..hi code points.
-
-        None when no string does; False when the automaton would be too large.
+    def exact_string(self, exprs: list[Expr], lo: int, hi: int | None,
+                     excluded: tuple[str, ...] = ()) -> Expr | None | bool:
+        """A quoted string matching every one of ``exprs`` with lo..hi code points, other than
+        ``excluded``. None when no string does; False when the automaton would be too large.
         """
-        key = (tuple(exprs), lo, hi)
+        key = (tuple(exprs), lo, hi, excluded)
         if key not in self._exact:
             self._exact[key] = False
             dfas = [self.expr_dfa(e) for e in exprs]
             if any(d is None for d in dfas):
                 return False
-            if lo > 0 or hi is not None:
+            if lo > 0 or hi is not None or not dfas:
                 dfas.append(length_range_dfa(lo, hi))
             try:
+                if excluded:
+                    dfas.append(literal_set(excluded).complement())
                 both = dfas[0] if len(dfas) == 1 else product(dfas, all)
             except AutomatonTooLarge:
                 return False
@@ -140,11 +143,9 @@ class StringBuilder:
         hi = None if hi is None else int(hi)
         if hi is not None and lo > hi:
             return None
-        excluded = s.get("x-halter-not-strings")
-        if excluded:
-            if lo == 0 and hi is None and not s.get("format") and not s.get("pattern"):
-                return key_complement(js, list(excluded))
-            self.conv.unsupported("not", ptr, "excluding strings next to length, pattern or format")
+        excluded = tuple(s.get("x-halter-not-strings") or ())
+        if excluded and lo == 0 and hi is None and not s.get("format") and not s.get("pattern"):
+            return key_complement(js, list(excluded))
         constraints: list[tuple[str, Expr]] = []
         fmt = s.get("format")
         if isinstance(fmt, str):
@@ -160,6 +161,12 @@ class StringBuilder:
             e = self.pattern_expr(p, ptr)
             if e is not None:
                 constraints.append(("pattern", e))
+        if excluded:     # "not these strings" next to a length, pattern or format
+            exact = self.exact_string([e for _, e in constraints], lo, hi, excluded)
+            if exact is not False:
+                return exact
+            self.conv.unsupported("not", ptr, "excluding strings next to length, pattern or format "
+                                  "needs too large an automaton")
         if not constraints:
             return js.string(lo, hi)
         kw, expr = constraints[0]
