@@ -119,6 +119,10 @@ ONE_OF = [
           {"$ref": "#/$defs/item"}]}},
      [[{"step": {}}, {"variables": []}, {}, {"parallel": [1]}]],
      [[{"step": {}, "stage": {}}], [{"step": 1}], [{"x": 1}], [{"variables": [], "step": {}}]]),
+    # overlapping closed objects: exact through the negation of additionalProperties: false
+    ({"oneOf": [{"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False},
+                {"type": "object", "properties": {"a": {}, "c": {"type": "integer"}}, "additionalProperties": False}]},
+     [{"b": 1}, {"a": 1, "b": 2}, {"c": 1}, {"a": 1, "c": 2}], [{}, {"a": 1}, {"x": 1}, {"a": 1, "c": "x"}, {"b": 1, "c": 1}]),
     # a constant checked against the other branch
     ({"oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "full"}]}, [1, "full", 0.5], [0, "x", -1]),
 ]
@@ -137,11 +141,11 @@ def test_disjoint_one_of_branches_are_exact_without_negation(schema, valid, inva
 
 
 def test_overlapping_object_branches_are_still_reported():
-    """Both branches accept {"a": 1}, and additionalProperties: false has no positive negation (nor
-    have the nested property schemas in general), so exactly-one cannot be enforced: default mode
-    warns and accepts the overlap."""
-    schema = {"oneOf": [{"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False},
-                        {"type": "object", "properties": {"a": {}, "c": {}}, "additionalProperties": False}]}
+    """Both branches accept {"a": 1}, and additionalProperties with a schema has no positive
+    negation ("some extra key whose value fails it"), so exactly-one cannot be enforced: default
+    mode warns and accepts the overlap."""
+    schema = {"oneOf": [{"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": {"type": "integer"}},
+                        {"type": "object", "properties": {"a": {}, "c": {}}, "additionalProperties": {"type": "integer"}}]}
     with pytest.warns(SchemaWarning, match="oneOf"):
         g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
     assert g.matches('{"b": 1}') and g.matches('{"a": 1}')

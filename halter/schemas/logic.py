@@ -3,15 +3,17 @@
 A grammar has no complement, so ``not`` is rewritten into a positive schema by pushing the negation
 down to single keywords (``not (A and B)`` = ``not A or not B``) whose negation is again a plain
 schema: ``type``, bounds, lengths, counts, ``required``, ``properties``, ``items``/``contains``,
-``enum``/``const`` of scalars (strings via the internal ``x-halter-not-strings`` keyword, which the
-string builder turns into a trie complement), ``anyOf``/``allOf``/``not`` and local ``$ref``s.
+``additionalProperties: false`` next to at most 3 known keys (a branch per subset of them
+present, with one key more in all), ``enum``/``const`` of scalars (strings via the internal
+``x-halter-not-strings`` keyword, which the string builder turns into a trie complement),
+``anyOf``/``allOf``/``not`` and local ``$ref``s.
 ``type: integer`` is negated into "a number with a non-zero fraction" (internal
 ``x-halter-fraction``) and ``multipleOf: d`` into "a number that is not a multiple of d"
 (``x-halter-not-multiples``); the number builder turns both into digit automata
 (``decimal_dfa``), exact next to bounds. ``negate`` returns None when some keyword has no such
 negation (``pattern``, ``format``, ``uniqueItems``, non-scalar values, ...); the converter then
-reports ``not`` as unsupported. ``if``/``then``/``else`` becomes ``anyOf[allOf[if, then], allOf[not if, else]]`` and
-each ``dependentSchemas`` entry ``anyOf[{properties: {k: false}}, allOf[{required: [k]}, S]]``.
+reports ``not`` as unsupported. ``if``/``then``/``else`` becomes
+``anyOf[allOf[if, then], allOf[not if, else]]`` and each ``dependentSchemas`` entry ``anyOf[{properties: {k: false}}, allOf[{required: [k]}, S]]``.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from halter.schemas.merge import ANNOTATIONS
 
 JSON_TYPES = ("null", "boolean", "object", "array", "string", "number")
 _MAX_REF_DEPTH = 8
+_MAX_CLOSED_KEYS = 3
+"""``not {additionalProperties: false}`` is written as one branch per subset of the known keys."""
 
 Resolver = Callable[[str], Any]
 """Maps a ``$ref`` to its target schema, or None when it cannot be inlined here."""
@@ -106,6 +110,13 @@ def _negate_keyword(k: str, v: Any, s: dict, resolve: Resolver, draft: str, dept
     if k == "contains" and "minContains" not in s and "maxContains" not in s and draft != "draft4":
         n = negate(v, resolve, draft, depth + 1)
         return None if n is None else {"type": "array", "items": n}
+    if k == "additionalProperties" and v is False and not s.get("patternProperties") \
+            and len(s.get("properties") or {}) <= _MAX_CLOSED_KEYS:
+        # a key outside ``properties``: for each set S of the known keys present, |S| + 1 keys
+        known = list(s.get("properties") or {})
+        return _or([{"type": "object", "required": [n for i, n in enumerate(known) if mask >> i & 1],
+                     "properties": {n: False for i, n in enumerate(known) if not mask >> i & 1},
+                     "minProperties": bin(mask).count("1") + 1} for mask in range(1 << len(known))])
     if k == "dependentRequired" and isinstance(v, dict):
         return _or([{"type": "object", "required": [a], "properties": {b: False}}
                     for a, needs in v.items() for b in needs])
