@@ -188,7 +188,12 @@ def test_compiled_step_has_no_graph_break_nor_recompiles(tiny_gguf_dir: str) -> 
     assert res_a.tokens == res_b.tokens and counter.frame_count == 2     # bucket 2 again
 
 
-def test_modes_resolve_and_bad_ones_are_refused(static_llama: Model) -> None:
+def test_modes_resolve_and_bad_ones_are_refused(static_llama: Model, tiny_gguf_dir: str) -> None:
+    with pytest.raises(ValueError, match="'cuda-graph' needs a CUDA device; this model is on cpu"):
+        Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu", decode="cuda-graph",
+                   progress=False)
+    assert Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu",
+                      progress=False).decode_mode == "eager"                # auto on the CPU
     assert resolve_mode("auto", torch.device("cpu")) == "eager"
     assert resolve_mode("auto", torch.device("cuda")) == "cuda-graph"
     with pytest.raises(ValueError, match="needs a CUDA device"):

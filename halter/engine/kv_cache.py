@@ -5,8 +5,9 @@ sequence ``s``. A sequence's tokens always occupy the dense prefix ``[0, used[s]
 and ``pos[s, cell]`` is the position stored in each cell (-1 when empty). Attention masks are
 built from ``pos``, so the cells need not be in position order, and the shapes never change
 (what CUDA graphs need): every operation below writes into ``k``, ``v`` and ``pos`` in place and
-none reallocates them, so graphs captured over these tensors stay valid. Removing positions compacts the row; shifting positions re-rotates the
-cached keys with the model's rotary embedding, so no token is ever recomputed.
+none reallocates them, so graphs captured over these tensors stay valid. Removing positions
+compacts the row; shifting positions re-rotates the cached keys with the model's rotary
+embedding, so no token is ever recomputed.
 """
 from __future__ import annotations
 

@@ -92,6 +92,7 @@ class Model:
                 raise ValueError(f"dtype {dtype!r} not understood (use one of {sorted(_DTYPES)})")
             dtype = _DTYPES[dtype.lower()]
         dt = default_dtype(dev) if dtype is None else dtype
+        resolve_mode(decode, dev)                 # a bad mode fails before the file is read
         if n_batch < 1 or n_seq_max < 1:
             raise ValueError(f"n_batch ({n_batch}) and n_seq_max ({n_seq_max}) must be positive")
         config, tensors, _ = load_gguf(path, dtype=dt, device=dev, progress=progress)
@@ -118,9 +119,9 @@ class Model:
 
         ``"auto"`` is ``"cuda-graph"`` on CUDA and ``"eager"`` on the CPU. The static modes run
         ``halter.engine.static_decode``'s fixed-shape step (attention over a span bucket of cells:
-        powers of two from ``min_span``, and ``n_ctx``);
-        ``"compile"`` compiles it with ``torch.compile(backend=backend or "inductor")``,
-        ``"cuda-graph"`` captures one CUDA graph per batch bucket on first use. Prompt chunks and
+        powers of two from ``min_span``, and ``n_ctx``); ``"compile"`` compiles it with
+        ``torch.compile(backend=backend or "inductor")``, ``"cuda-graph"`` captures one CUDA
+        graph per (batch, span) bucket on first use. Prompt chunks of several tokens and
         ``all_logits`` calls always run eagerly. Previously compiled steps or graphs are dropped.
         """
         resolved = resolve_mode(mode, self.device)
