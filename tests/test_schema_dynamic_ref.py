@@ -78,3 +78,19 @@ def test_recursive_ref_extends_a_tree_in_draft_2019():
                                                 "children": {"type": "array", "items": {"$recursiveRef": "#"}}}}}}
     _check(schema, [({"children": [{"data": 1}]}, True), ({"children": [{"daat": 1}]}, False)],
            jsonschema.Draft201909Validator)
+
+
+def test_refs_inside_a_target_merged_with_siblings_resolve_against_the_target():
+    # "$ref": "b" inside sub/a means https://example.com/sub/b, even once merged into the root
+    schema = {"$schema": D2020, "$id": "https://example.com/root", "$ref": "sub/a",
+              "properties": {"x": {"type": "integer"}},
+              "$defs": {"a": {"$id": "sub/a", "properties": {"y": {"$ref": "b"}}},
+                        "b": {"$id": "sub/b", "type": "string"}}}
+    _check(schema, [({"x": 1, "y": "s"}, True), ({"y": 1}, False), ({"x": "s"}, False)])
+
+
+def test_a_ref_target_with_a_relative_id_is_not_rebased_twice():
+    schema = {"$schema": D2020, "$id": "https://example.com/root", "properties": {"p": {"$ref": "sub/a"}},
+              "$defs": {"a": {"$id": "sub/a", "properties": {"y": {"$ref": "b"}}},
+                        "b": {"$id": "sub/b", "type": "string"}}}
+    _check(schema, [({"p": {"y": "s"}}, True), ({"p": {"y": 1}}, False)])

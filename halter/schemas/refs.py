@@ -48,6 +48,7 @@ class RefIndex:
         self.dynamic: dict[str, set[str]] = {}    # resource URI -> its $dynamicAnchor names
         self.dynamic_names: set[str] = set()      # anchor names some $dynamicRef/$recursiveRef uses
         self._relocated: dict[tuple, tuple[Any, Any]] = {}
+        self.node_uri: dict[int, str] = {}       # id() of a node with an $id -> its absolute URI
         self._walk(root, DEFAULT_BASE, "")
         self.docs.setdefault(DEFAULT_BASE, root)      # the root also under the default base
         self.doc_pointer.setdefault(DEFAULT_BASE, "")
@@ -59,6 +60,7 @@ class RefIndex:
                 uri, frag = urldefrag(urljoin(base, ident))
                 if uri:
                     base = uri
+                    self.node_uri[id(node)] = uri
                     self.docs.setdefault(uri, node)
                     self.doc_pointer.setdefault(uri, pointer)
                 if frag and not frag.startswith("/"):     # draft 7 style "$id": "#foo"
@@ -109,9 +111,13 @@ class RefIndex:
         new = sorted(n for n in names if n not in have)        # the outermost resource wins
         return scope + tuple((n, uri) for n in new) if new else scope
 
-    def enter_id(self, base: str, ident: str) -> str:
-        """The base inside a subschema with ``$id: ident`` (``base`` when it names no document)."""
-        uri = urldefrag(urljoin(base, ident))[0]
+    def enter_id(self, base: str, ident: str, node: Any = None) -> str:
+        """The base inside a subschema with ``$id: ident`` (``base`` when it names no document).
+
+        For a ``node`` of the document the URI found while indexing is used: a ``$ref`` target is
+        visited at a base that already includes its own ``$id``, and joining it again would
+        repeat a relative path (``sub/a`` inside ``.../sub/a`` is not ``.../sub/sub/a``)."""
+        uri = self.node_uri.get(id(node)) or urldefrag(urljoin(base, ident))[0]
         return self.enter(base, uri) if uri else base
 
     def scope_key(self, base: str) -> str:
@@ -165,16 +171,16 @@ class RefIndex:
             return schema
         key = (id(schema), str(base), self.scope_key(base))
         if key not in self._relocated:
-            out = self._absolute(schema, base, where)
+            out = self._absolute(schema, base, where, entered=True)
             out["$id"] = str(base)
             self._relocated[key] = (schema, out)      # keeps ``schema`` alive: its id stays unique
         return self._relocated[key][1]
 
-    def _absolute(self, s: Any, base: str, where: str) -> Any:
+    def _absolute(self, s: Any, base: str, where: str, entered: bool = False) -> Any:
         if not isinstance(s, dict):
             return s
-        if isinstance(s.get("$id"), str):
-            base = self.enter_id(base, s["$id"])
+        if isinstance(s.get("$id"), str) and not entered:   # (``base`` is already inside it)
+            base = self.enter_id(base, s["$id"], s)
         s = self.static_refs(s, base, where)
         out: dict = {}
         for k, v in s.items():

@@ -129,7 +129,7 @@ class _Rewriter:
             raise _Fallback("in-place applicators nest or recurse too deeply")
         if not top:
             if isinstance(s.get("$id"), str):
-                base = self.index.enter_id(base, s["$id"])
+                base = self.index.enter_id(base, s["$id"], s)
             s = self.index.static_refs(s, base, "#" + self.ptr)
         own = {k: v for k, v in s.items() if k not in _IN_PLACE and k not in _DROP}
         result: list[Case] = [([self.part(own, base)] if own else [], self.own_ev(own, base))]
