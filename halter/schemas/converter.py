@@ -115,7 +115,7 @@ class Converter:
             raise UnsupportedSchemaError("allOf/$ref nesting too deep (recursive allOf?)", "#" + ptr, "allOf")
         ident = schema.get("$id", schema.get("id") if self.draft == "draft4" else None)
         if isinstance(ident, str) and self.draft != "draft4" and not (self.draft in ("draft6", "draft7") and "$ref" in schema):
-            base = self.index.enter_id(base, ident)
+            base = self.index.enter_id(base, ident, schema)
         schema = unevaluated.prepare(self, schema, ptr, base)     # $dynamicRef, unevaluated*
         if not isinstance(schema, dict):
             return self.alternatives(schema, ptr, base, inline)
