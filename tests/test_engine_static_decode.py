@@ -207,6 +207,23 @@ def test_modes_resolve_and_bad_ones_are_refused(static_llama: Model, tiny_gguf_d
     assert span_sizes(300) == [256, 300] and span_sizes(64, 16) == [16, 32, 64]
 
 
+def test_a_failed_graph_capture_degrades_to_the_uncaptured_step(models: tuple[Model, Model]) -> None:
+    """Capture can fail (here: no CUDA at all); the bucket then runs uncaptured, same logits."""
+    from halter.engine.static_decode import StaticDecoder
+    eager, static = models
+    for m in (eager, static):
+        m.eval_prompt(_tokens(6, 3), 1)
+    dec = StaticDecoder(static.net, static.rope, static.cache, "cuda-graph")
+    if torch.cuda.is_available():
+        pytest.skip("capture succeeds on a CUDA device")
+    n = static.cache.n_tokens(1)
+    cells = static.cache.reserve([1], np.array([[n]]), write_device=False)
+    eager_logits = eager.decode([[9]], [1])
+    with pytest.warns(RuntimeWarning, match="CUDA graph capture"):
+        got = dec([9], [1], np.array([n]), cells[:, 0])
+    assert _close(got, eager_logits)
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 

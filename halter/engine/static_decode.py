@@ -19,6 +19,7 @@ captured graphs stay valid through ``seq_rm``, ``seq_add``, ``seq_cp`` and conte
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -169,9 +170,32 @@ class StaticDecoder:
                     compiled(*args)          # compile now: every row inactive, the cache is unchanged
                 st.run = lambda: compiled(*args)
             elif self.mode == "cuda-graph":
-                st.run = self._capture(st)
+                st.run = self._capture_checked(st)
             self.steps[B, span] = st
         return st
+
+    def _capture_checked(self, st: StaticStep) -> Callable[[], None]:
+        """``_capture``, checked once against the uncaptured step; falls back to it with a warning.
+
+        The check replays the graph on the capture's own inputs (every row inactive, so the cache
+        is unchanged) and compares its logits with the plain step's. A capture that fails or
+        disagrees costs speed, never a wrong token.
+        """
+        try:
+            replay = self._capture(st)
+            replay()
+            torch.cuda.synchronize()
+            captured = st.logits.clone()
+            st.forward()
+            torch.cuda.synchronize()
+            if not torch.allclose(captured, st.logits, rtol=1e-3, atol=1e-3, equal_nan=True):
+                raise RuntimeError("replayed logits differ from the uncaptured step's")
+            return replay
+        except Exception as exc:  # noqa: BLE001 - any capture failure degrades to the plain step
+            warnings.warn(f"CUDA graph capture for decode bucket (B={st.B}, span={st.span}) failed "
+                          f"({type(exc).__name__}: {exc}); this bucket runs the static step uncaptured",
+                          RuntimeWarning, stacklevel=3)
+            return st.forward
 
     def _capture(self, st: StaticStep) -> Callable[[], None]:
         """Warm up on a side stream, capture one step into a CUDA graph; returns its replay."""
