@@ -55,6 +55,11 @@ CASES = [
     # a schema for the unevaluated properties, and a recursive $ref
     ({"properties": {"x": {"$ref": "#"}}, "unevaluatedProperties": {"type": "boolean"}},
      [({"x": {"x": {"y": True}}}, True), ({"x": {"y": 1}}, False), ({"y": False, "x": {}}, True)]),
+    # not: a key the subschema leaves unevaluated makes it fail
+    ({"not": {"anyOf": [True, {"properties": {"foo": True}}], "unevaluatedProperties": False}},
+     [({"bar": 1}, True), ({"foo": 1}, False), ({}, False), (1, False), ({"foo": 1, "bar": 1}, True)]),
+    ({"not": {"properties": {"a": {"type": "integer"}}, "unevaluatedProperties": False}},
+     [({"b": 1}, True), ({"a": "x"}, True), ({"a": 1}, False), ({}, False), ("s", False)]),
     # unevaluatedItems: prefixItems across allOf
     ({"prefixItems": [{"type": "string"}], "allOf": [{"prefixItems": [True, {"type": "integer"}]}],
       "unevaluatedItems": False},

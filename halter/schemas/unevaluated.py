@@ -15,6 +15,9 @@ cases all evaluate the same stay whole (no blow-up), and cases that evaluate the
 Beyond ``MAX_SUBSET_BRANCHES`` differently-evaluating ``anyOf`` branches or ``MAX_CASES`` cases
 the keyword is dropped (a superset; a warning, or an error in strict mode).
 
+A ``not`` over a subschema using unevaluated* is replaced by the positive negation of that
+subschema's rewrite when ``negation.negate`` can write one (else the converter reports ``not``).
+
 ``prepare`` is the converter's hook: it also turns ``$dynamicRef``/``$recursiveRef`` into a
 ``$ref`` to their static resolution in the current dynamic scope (see ``refs.RefIndex``).
 """
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from halter.errors import SchemaError
 from halter.schemas import merge as merging
-from halter.schemas import logic, one_of
+from halter.schemas import negation, one_of
 
 if TYPE_CHECKING:
     from halter.schemas.converter import Converter
@@ -37,8 +40,6 @@ MAX_SUBSET_BRANCHES = 4
 MAX_CASES = 64
 MAX_NESTING = 16
 
-_NEVER_FAIL = {"items", "additionalItems", "additionalProperties", "unevaluatedItems", "unevaluatedProperties",
-               "propertyNames", "then", "else"}
 _NEW_DRAFTS = ("draft2019", "draft2020")
 _IN_PLACE = {"allOf", "anyOf", "oneOf", "if", "then", "else", "dependentSchemas", "$ref", "$dynamicRef",
              "$recursiveRef", "unevaluatedProperties", "unevaluatedItems"}
@@ -84,13 +85,24 @@ def prepare(conv: "Converter", schema: dict, ptr: str, base: str) -> Any:
         if dyn:
             conv.unsupported(dyn[0], ptr, "dynamic references are not supported")
         return schema
-    if not dyn and "unevaluatedProperties" not in schema and "unevaluatedItems" not in schema:
+    negated = isinstance(schema.get("not"), dict) and _has_unevaluated(schema["not"])
+    if not dyn and not negated and "unevaluatedProperties" not in schema and "unevaluatedItems" not in schema:
         return schema
     cache = conv.__dict__.setdefault("_unevaluated_cache", {})
     key = (id(schema), str(base), conv.index.scope_key(base))
     if key in cache:
         return cache[key][1]
     out = conv.index.static_refs(schema, base, "#" + ptr)
+    if negated:
+        # "not" over unevaluated*: the rewrite of its subschema, negated positively when it can be
+        try:
+            rewriter = _Rewriter(conv, ptr + "/not", base)
+            n = rewriter._negate(rewriter.top(out["not"]))
+        except _Fallback:
+            n = None
+        if n is not None:
+            out = {k: v for k, v in out.items() if k != "not"}
+            out["allOf"] = [*(out.get("allOf") or []), n]
     if "unevaluatedProperties" in out or "unevaluatedItems" in out:
         try:
             out = _Rewriter(conv, ptr, base).top(out)
@@ -219,7 +231,7 @@ class _Rewriter:
         out: list[Case] = []
         for i, cs in enumerate(bc):
             others = [_any(c) for j, c in enumerate(bc) if j != i]
-            rest = [] if disjoint else [self._negate({"anyOf": others}, 0)]
+            rest = [] if disjoint else [self._negate({"anyOf": others})]
             if rest and rest[0] is None:
                 if len(evs) <= 1:
                     return whole      # the converter's oneOf handling (or its warning)
@@ -240,43 +252,11 @@ class _Rewriter:
     # -- negation (a branch that fails contributes nothing) -----------------------------------
     def negation(self, s: Any) -> Any:
         """A positive schema for ``not s`` when one can be written, else ``{"not": s}``."""
-        n = self._negate(s, 0)
+        n = self._negate(s)
         return {"not": s} if n is None else n
 
-    def _negate(self, s: Any, depth: int) -> Any:
-        if s is True or s is False:
-            return not s
-        if not isinstance(s, dict) or depth > MAX_NESTING:
-            return None
-        rest = _validity(s)
-        pieces: list = []
-        if isinstance(rest.get("prefixItems"), list) and "items" not in rest:
-            # some leading item fails its prefixItems schema
-            for i, p in enumerate(rest.pop("prefixItems")):
-                n = self._negate(p, depth + 1)
-                if n is None:
-                    return None
-                if n is not False:
-                    pieces.append({"type": "array", "minItems": i + 1, "prefixItems": [{}] * i + [n]})
-        if isinstance(rest.get("anyOf"), list):
-            negs = [self._negate(x, depth + 1) for x in rest.pop("anyOf")]
-            if any(n is None for n in negs):
-                return None
-            pieces.append({"allOf": negs})
-        if isinstance(rest.get("allOf"), list):
-            negs = [self._negate(x, depth + 1) for x in rest.pop("allOf")]
-            if any(n is None for n in negs):
-                return None
-            pieces.extend(negs)
-        if set(rest) - merging.ANNOTATIONS:
-            n = logic.negate(rest, lambda r: self.conv.local_target(r, self.base0, self.ptr), self.conv.draft)
-            if n is None:
-                return None
-            pieces.append(n)
-        pieces = [p for p in pieces if p is not False]
-        if any(p is True for p in pieces):
-            return True
-        return False if not pieces else pieces[0] if len(pieces) == 1 else {"anyOf": pieces}
+    def _negate(self, s: Any) -> Any:
+        return negation.negate(s, lambda r: self.conv.local_target(r, self.base0, self.ptr), self.conv.draft)
 
     # -- what a case evaluates, and what it leaves to unevaluated* -----------------------------
     def own_ev(self, own: dict, base: str) -> Ev:
@@ -353,17 +333,16 @@ def _mentioned(parts: list) -> set[str]:
     return out
 
 
-def _validity(s: dict) -> dict:
-    """``s`` without the keywords that can never fail (``properties: {x: true}``, ``items: true``...)."""
-    out = {k: v for k, v in s.items() if not (k in _NEVER_FAIL and v in (True, {}))}
-    for k in ("properties", "patternProperties"):
-        if isinstance(out.get(k), dict):
-            kept = {n: v for n, v in out[k].items() if v not in (True, {})}
-            if kept:
-                out[k] = kept
-            else:
-                del out[k]
-    return out
+def _has_unevaluated(s: Any, depth: int = 0) -> bool:
+    """Whether ``s`` uses unevaluated* at its own instance location (not through ``$ref``)."""
+    if not isinstance(s, dict) or depth > MAX_NESTING:
+        return False
+    if "unevaluatedProperties" in s or "unevaluatedItems" in s:
+        return True
+    subs = [s.get(k) for k in ("not", "if", "then", "else")]
+    subs += [x for k in ("allOf", "anyOf", "oneOf") for x in (s.get(k) or [])]
+    subs += list((s.get("dependentSchemas") or {}).values())
+    return any(_has_unevaluated(x, depth + 1) for x in subs)
 
 
 def _all(parts: list) -> Any:
