@@ -89,6 +89,7 @@ def test_property_names_next_to_pattern_properties():
     ({"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)*$", "minLength": 3, "maxLength": 9},
      ["1.2", "12", "1.2.3.4.5", "1.2.3.4.56", "1..2"]),
     ({"allOf": [{"type": "string", "pattern": "a"}, {"pattern": "b$"}]}, ["ab", "ba", "a", "b", "aab"]),
+    ({"type": "string", "format": "ipv4", "pattern": "^10\\."}, ["10.0.0.1", "11.0.0.1", "10.0.0", "10.256.0.1"]),
     ({"type": "string", "pattern": "\U0001F600", "maxLength": 2}, ["\U0001F600", "x\U0001F600", "xx\U0001F600"]),
     # alternatives of different fixed lengths before the repeat: a branch per length, no automaton
     ({"type": "string", "maxLength": 2100, "pattern": "^data:(jpg|jpeg|svg\\+xml);[a-z]*$"},
@@ -127,3 +128,14 @@ def test_property_names_enum_and_format():
 def test_excluded_strings_next_to_a_pattern_or_length():
     check({"type": "string", "minLength": 2, "not": {"enum": ["ab", "abc"]}}, ["a", "ab", "abc", "abd", ""])
     check({"type": "string", "pattern": "^a", "not": {"const": "ab"}}, ["a", "ab", "abc", "b"])
+
+
+def test_too_large_length_automaton_warns_or_raises_in_strict_mode():
+    from halter.errors import UnsupportedSchemaError
+    schema = {"type": "string", "maxLength": 120, "pattern": "^(?:\\S+\\s+){0,9}\\S+$"}
+    with pytest.warns(SchemaWarning, match="maxLength"):
+        g = Grammar.from_json_schema(schema)
+    assert g.matches('"a b"') and not g.matches('"a  "')
+    with pytest.raises(UnsupportedSchemaError) as err:
+        json_schema_to_gbnf(schema, strict=True)
+    assert err.value.keyword == "maxLength"

@@ -11,9 +11,12 @@ nesting depth of ``MAX_INLINE_DEPTH`` or ``MAX_INLINE_STATES`` states.
 from __future__ import annotations
 
 from halter.grammar.ast import Expr, Repeat, RuleRef, alt
-from halter.schemas.char_automaton import Dfa, minimize, trim
+from halter.schemas.char_automaton import AutomatonTooLarge, Dfa, minimize, trim
 from halter.schemas.json_text import JsonText, cat
 
+MAX_STATE_RULES = 200
+"""Most states written as rules of their own: the engine builds an automaton per rule (about
+5 ms each for rules over classes like ``\\S``), so a 2,000-rule string would take 10 s to build."""
 MAX_INLINE_DEPTH = 32
 BIG_CLASS_RANGES = 8
 MAX_INLINE_STATES = 24
@@ -99,7 +102,8 @@ def _speller(js: JsonText, d: Dfa, hint: str):
 def dfa_to_expr(d: Dfa, js: JsonText, hint: str, end: Expr) -> Expr | None:
     """The JSON-string spellings of ``d``'s language followed by ``end``; None if it is empty.
 
-    ``d`` is minimized first. New rules are added to ``js.rules`` named after ``hint``.
+    ``d`` is minimized first. New rules are added to ``js.rules`` named after ``hint``. Raises
+    ``AutomatonTooLarge`` when more than ``MAX_STATE_RULES`` states would need their own rule.
     """
     d = minimize(trim(d))
     if d.is_empty():
@@ -120,6 +124,8 @@ def dfa_to_expr(d: Dfa, js: JsonText, hint: str, end: Expr) -> Expr | None:
     spell = _speller(js, d, hint)
     cyclic = _cyclic(succ)
     is_rule = [indeg[q] > 1 or cyclic[q] or (q == d.start and indeg[q] > 0) for q in range(n)]
+    if sum(is_rule) > MAX_STATE_RULES:
+        raise AutomatonTooLarge(f"{sum(is_rule)} states would need their own rule")
     names = {q: rules.reserve(f"{hint}-{i}") for i, q in enumerate(q for q in range(n) if is_rule[q])}
     body: dict[int, Expr] = {}
     depth: dict[int, int] = {}

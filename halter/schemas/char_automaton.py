@@ -20,7 +20,7 @@ import bisect
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from halter.grammar.ast import MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat, Seq
+from halter.grammar.ast import MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat, Seq, merge_ranges
 
 DEFAULT_LIMIT = 2000
 """Most DFA (or product) states built before giving up."""
@@ -398,17 +398,6 @@ def _merge_symbols(d: Dfa) -> Dfa:
     if len(columns) == len(d.symbols):
         return d
     groups = list(columns.values())
-    symbols = [tuple(sorted(r for s in g for r in d.symbols[s])) for g in groups]
-    symbols = [tuple(_merge(rs)) for rs in symbols]
+    symbols = [tuple(merge_ranges(r for s in g for r in d.symbols[s])) for g in groups]
     trans = [[row[g[0]] for g in groups] for row in d.trans]
     return Dfa(symbols, trans, d.accept, d.start)
-
-
-def _merge(ranges) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in ranges:
-        if out and lo <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(hi, out[-1][1]))
-        else:
-            out.append((lo, hi))
-    return out

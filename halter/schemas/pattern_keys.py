@@ -116,7 +116,10 @@ def partition_keys(conv: "Converter", pattern_props: dict, additional: Any, know
     out = []
     for value, members in groups.items():
         keys = trim(replace(joint, accept=[lb in members for lb in labels]))
-        body = dfa_to_expr(keys, conv.js, conv.hint(ptr) + "-key", Literal('"'))
+        try:
+            body = dfa_to_expr(keys, conv.js, conv.hint(ptr) + "-key", Literal('"'))
+        except AutomatonTooLarge:
+            return None
         if body is not None:
             out.append((conv.rules.add(conv.hint(ptr) + "-key", cat(Literal('"'), body)), value))
     return out

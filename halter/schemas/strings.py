@@ -121,9 +121,9 @@ class StringBuilder:
                 if excluded:
                     dfas.append(literal_set(excluded).complement())
                 both = dfas[0] if len(dfas) == 1 else product(dfas, all)
+                body = dfa_to_expr(both, self.js, "str", Literal('"'))
             except AutomatonTooLarge:
                 return False
-            body = dfa_to_expr(both, self.js, "str", Literal('"'))
             self._exact[key] = None if body is None else cat(Literal('"'), body)
         return self._exact[key]
 
