@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import warnings
+from decimal import Decimal
 
 import jsonschema
 import pytest
@@ -149,3 +150,14 @@ def test_overlapping_object_branches_are_still_reported():
     with pytest.warns(SchemaWarning, match="oneOf"):
         g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
     assert g.matches('{"b": 1}') and g.matches('{"a": 1}')
+
+
+@pytest.mark.parametrize("schema", [c[0] for c in ONE_OF], ids=[json.dumps(c[0])[:40] for c in ONE_OF])
+def test_random_instances_of_exact_one_of_are_valid(schema):
+    validator = jsonschema.Draft202012Validator(schema)
+    rules = schema_to_rules(schema, strict=True)
+    rng = random.Random(11)
+    for _ in range(30):
+        text = random_text(rules, "root", rng)
+        # "3E-9731" is above 0 although it underflows a float: exact decimals then
+        assert validator.is_valid(json.loads(text)) or validator.is_valid(json.loads(text, parse_float=Decimal)), text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from decimal import Decimal
 from fractions import Fraction
 
@@ -36,7 +37,7 @@ def _random_decimal(rng: random.Random) -> str:
     return text
 
 
-@pytest.mark.parametrize("d", [1.5, 0.01, 0.0001, 0.5, 2.5, 0.25, 7, 12, 0.3, 1e-05, 100])
+@pytest.mark.parametrize("d", [1, 1.5, 0.01, 0.0001, 0.5, 2.5, 0.25, 7, 12, 0.3, 1e-05, 100])
 def test_decimal_divisibility_agrees_with_exact_arithmetic(d):
     g = _grammar({"type": "number", "multipleOf": d})
     rng = random.Random(hash(d) & 0xFFFF)
@@ -82,6 +83,8 @@ def test_real_schema_money_amount():
 
 @pytest.mark.parametrize("schema,valid,invalid", [
     ({"type": "number", "multipleOf": 1.5}, [0, 1.5, -4.5, 3, 30], [35, 1.6, 0.75]),
+    ({"type": "number", "multipleOf": 1}, [0, 3, -4, 1643723400], [1643723400.5, 0.25]),
+    ({"type": "number", "multipleOf": 1.0, "minimum": 1}, [1, 30], [1.5, 0]),
     ({"type": "number", "multipleOf": 0.0001}, [0.0075, 1, 12.5], [0.00751, 1.00001]),
     ({"type": "integer", "multipleOf": 0.5}, [0, 1, -7, 3.0], [0.5, 1.5]),
     ({"type": "integer", "multipleOf": 4, "minimum": 3, "exclusiveMaximum": 1000}, [4, 996, 500], [0, 1000, 6, 1004]),
@@ -135,8 +138,9 @@ def test_divisor_parts():
     assert decimal_parts(0) is None
 
 
-def test_too_fine_divisor_is_reported_and_dropped():
-    schema = {"type": "number", "multipleOf": 0.123456789}
+@pytest.mark.parametrize("d", [0.123456789, 997])
+def test_too_fine_divisor_is_reported_and_dropped(d):
+    schema = {"type": "number", "multipleOf": d}
     with pytest.raises(UnsupportedSchemaError, match="multipleOf"):
         json_schema_to_gbnf(schema, strict=True)
     with pytest.warns(UserWarning, match="multipleOf"):
@@ -149,3 +153,18 @@ def test_exponent_notation_is_not_accepted_with_a_divisor():
     bounds or multipleOf are only written in decimal notation."""
     g = _grammar({"type": "integer", "multipleOf": 0.5})
     assert g.matches("100000") and not g.matches("1e308")
+
+
+def test_equal_number_schemas_share_one_automaton():
+    price = {"type": "number", "multipleOf": 0.01, "minimum": 0}
+    one = json_schema_to_gbnf({"type": "object", "properties": {"a": price}})
+    many = json_schema_to_gbnf({"type": "object", "properties": {k: dict(price) for k in "abcd"}})
+    def automaton_rules(gbnf: str) -> int:
+        return len(re.findall(r"-num-n\d+ ::=", gbnf))
+    assert automaton_rules(one) == automaton_rules(many) > 0
+
+
+def test_divisor_automaton_too_large_for_the_engine_is_dropped():
+    """Divisibility by 256 needs 66 states: beyond MAX_RULES, so it is reported (as before)."""
+    with pytest.raises(UnsupportedSchemaError, match="multipleOf"):
+        json_schema_to_gbnf({"type": "integer", "multipleOf": 256}, strict=True)

@@ -17,6 +17,7 @@ against the digit count of the mantissa is not regular), as for bounded numbers 
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Protocol
@@ -26,10 +27,14 @@ from halter.schemas.json_text import cat
 from halter.schemas.rules import Rules
 
 ALPHABET = "-+.eE0123456789"
-MAX_STATES = 20000
+MAX_STATES = 5000
 """Product states explored before giving up (the caller then reports ``multipleOf``)."""
-MAX_FACTOR_STATES = 5000
+MAX_FACTOR_STATES = 1000
 """Largest ``p * (k + 1)`` of one divisor automaton."""
+MAX_RULES = 64
+"""Largest minimised automaton written as rules (each state is a rule of up to ~12 branches):
+divisibility by 100 needs 3 states, by 60 about 60, by 256 (beyond the limit) 66; the engine's build
+time grows with them."""
 
 
 class Factor(Protocol):
@@ -177,14 +182,25 @@ class _NFA:
         return frozenset(seen)
 
 
+_emitted: "weakref.WeakKeyDictionary[Rules, dict]" = weakref.WeakKeyDictionary()
+"""Automata already written into a rule set, so equal number schemas share their rules."""
+
+
 class TooLarge(Exception):
-    """The product automaton exceeds ``MAX_STATES``."""
+    """The product automaton exceeds ``MAX_STATES`` (or ``MAX_RULES`` once minimised)."""
 
 
 def intersect(base: Expr, factors: list[Factor], rules: Rules, hint: str) -> Expr | None:
     """A grammar for the texts of ``base`` that every factor accepts (None: no text).
 
-    Raises ``TooLarge`` when the product automaton has more than ``MAX_STATES`` states."""
+    Raises ``TooLarge`` when the product automaton has more than ``MAX_STATES`` states, or more
+    than ``MAX_RULES`` once minimised."""
+    cache = _emitted.setdefault(rules, {})
+    memo = (base, tuple(factors))
+    if memo in cache:
+        if cache[memo] is TooLarge:
+            raise TooLarge()
+        return cache[memo]
     nfa = _NFA()
     start = nfa.new()
     final = nfa.build(base, start)
@@ -208,13 +224,19 @@ def intersect(base: Expr, factors: list[Factor], rules: Rules, hint: str) -> Exp
             key = (nxt, fs)
             if key not in index:
                 if len(order) >= MAX_STATES:
+                    cache[memo] = TooLarge
                     raise TooLarge()
                 index[key] = len(order)
                 order.append(key)
             out[ch] = index[key]
         trans.append(out)
         i += 1
-    return _emit(*_minimise(trans, accept), rules, hint)
+    m_trans, m_accept = _minimise(trans, accept)
+    if len(m_trans) > MAX_RULES:
+        cache[memo] = TooLarge
+        raise TooLarge()
+    cache[memo] = _emit(m_trans, m_accept, rules, hint)
+    return cache[memo]
 
 
 def _minimise(trans: list[dict[str, int]], accept: list[bool]) -> tuple[list[dict[str, int]], list[bool]]:

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 MAX_EXCLUSIVE = 6
 """oneOf branches rewritten into exclusive alternatives (the rewrite is quadratic)."""
+MAX_EXCLUSIVE_ALTERNATIVES = 12
+"""Alternatives the rewrite may produce: each is a whole grammar (an object with its own key
+complement), and two 8-property objects whose negations give 21 of them (JSONSchemaBench
+Github_hard/o69719) doubled the engine's build time."""
 
 
 class TooMany(Exception):
@@ -34,7 +38,7 @@ def exclusive(conv: "Converter", options: list, ptr: str, base: str) -> list[tup
     """Exactly one branch: the union over i of (branch i and not any other branch).
 
     None when a branch has no positive negation (see ``logic.negate``), there are more than
-    ``MAX_EXCLUSIVE`` branches, or the intersections make too many alternatives."""
+    ``MAX_EXCLUSIVE`` branches, or the intersections make more than ``MAX_EXCLUSIVE_ALTERNATIVES``."""
     shared_empty = _apart_but_empty(conv, options, ptr, base)
     if shared_empty is not None:
         # {} is the only instance two branches can share: it is valid only if one branch accepts it
@@ -52,7 +56,7 @@ def exclusive(conv: "Converter", options: list, ptr: str, base: str) -> list[tup
         for i, o in enumerate(options):
             others = [n for j, n in enumerate(negs) if j != i]
             out.extend(conv.alternatives({"allOf": [o, *others]}, f"{ptr}/oneOf/{i}", base, inline=True))
-            if len(out) > conv.max_alternatives:
+            if len(out) > min(conv.max_alternatives, MAX_EXCLUSIVE_ALTERNATIVES):
                 return None
     except (TooMany, UnsupportedSchemaError):
         return None

@@ -15,7 +15,7 @@ from halter.errors import SchemaError
 from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas import merge as merging
 from halter.schemas.json_text import cat
-from halter.schemas.decimal_dfa import Fraction, TooLarge, intersect, multiple_factor
+from halter.schemas.decimal_dfa import Fraction, Multiple, TooLarge, intersect, multiple_factor
 from halter.schemas.json_text import DIGIT, NEVER, NONZERO
 from halter.schemas.numbers import ZERO_FRACTION, decimal_bounds, integer_bounds, integer_range, number_range
 from halter.schemas.refs import DEFAULT_BASE
@@ -102,7 +102,9 @@ def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
     base = integer_range(lo, hi) if bounded else None
     if bounded and base is None:
         return None
-    factors = _factors(conv, s, ptr)
+    # every integer is a multiple of 1, 0.5, 0.25, ... (p divides 10^k)
+    factors = [f for f in _factors(conv, s, ptr)
+               if not (isinstance(f, Multiple) and not f.negated and 10 ** f.k % f.p == 0)]
     if not factors:
         return base if bounded else conv.js.integer()
     return _product(conv, s, ptr, base if bounded else INTEGER_TEXT, factors)
@@ -129,25 +131,28 @@ INTEGER_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS, ZERO_FRACTION)
 DECIMAL_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS, Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1))
 
 
+_TOO_LARGE = "the divisibility automaton would be too large (divisor p/10^k with p*(k+1) > 1000)"
+
+
 def _factors(conv: "Converter", s: dict, ptr: str) -> list:
     """The automata for ``multipleOf`` and the negated divisors (``x-halter-not-multiples``)."""
     out: list = []
     if s.get("multipleOf") is not None:
         f = multiple_factor(s["multipleOf"])
         if f is None:
-            conv.unsupported("multipleOf", ptr, "the divisor has too many significant digits")
-        elif not (f.p == 1 and f.k == 0):
+            conv.unsupported("multipleOf", ptr, _TOO_LARGE)
+        else:
             out.append(f)
     for d in s.get("x-halter-multiples", ()):
         f = multiple_factor(d)
         if f is None:
-            conv.unsupported("multipleOf", ptr, "the divisor has too many significant digits")
+            conv.unsupported("multipleOf", ptr, _TOO_LARGE)
         else:
             out.append(f)
     for d in s.get("x-halter-not-multiples", ()):
         f = multiple_factor(d, negated=True)
         if f is None:
-            conv.unsupported("not", ptr, f"'not multipleOf {d}': the divisor has too many significant digits")
+            conv.unsupported("not", ptr, f"'not multipleOf {d}': the divisibility automaton would be too large")
         else:
             out.append(f)
     return out
