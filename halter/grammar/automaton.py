@@ -19,7 +19,7 @@ from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
-AUTOMATON_VERSION = "5"
+AUTOMATON_VERSION = "6"
 
 
 @dataclass
@@ -67,24 +67,35 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
     """Subset construction. Returns (accepting, byte_next, calls, tokens) per DFA state, start = 0."""
     closure_cache: dict[int, frozenset[int]] = {}
 
-    def eclose(states) -> frozenset[int]:
-        out, stack = set(states), list(states)
-        while stack:
-            q = stack.pop()
-            for kind, _l, t in nfa.edges[q]:
-                if kind == EPS and t not in out:
-                    out.add(t)
-                    stack.append(t)
-        return frozenset(out)
-
-    # per NFA state: its byte edges as class intervals, its calls and its token refs
+    # per NFA state: its epsilon targets, byte edges as class intervals, calls and token refs
+    eps_edges: list[list[int]] = []
     byte_edges: list[list[tuple[int, int, int]]] = []
     call_edges: list[list[tuple[int, int]]] = []
     tok_edges: list[list[tuple[int, int]]] = []
     for edges in nfa.edges:
-        byte_edges.append([(class_of[lb[0]], class_of[lb[1]] + 1, t) for k, lb, t in edges if k == BYTES])
-        call_edges.append([(lb, t) for k, lb, t in edges if k == CALL])
-        tok_edges.append([(lb, t) for k, lb, t in edges if k == TOKEN])
+        eps, byt, cal, tok = [], [], [], []
+        for k, lb, t in edges:
+            if k == EPS:
+                eps.append(t)
+            elif k == BYTES:
+                byt.append((class_of[lb[0]], class_of[lb[1]] + 1, t))
+            elif k == CALL:
+                cal.append((lb, t))
+            elif k == TOKEN:
+                tok.append((lb, t))
+        eps_edges.append(eps)
+        byte_edges.append(byt)
+        call_edges.append(cal)
+        tok_edges.append(tok)
+
+    def eclose(states) -> frozenset[int]:
+        out, stack = set(states), list(states)
+        while stack:
+            for t in eps_edges[stack.pop()]:
+                if t not in out:
+                    out.add(t)
+                    stack.append(t)
+        return frozenset(out)
 
     start = eclose([s])
     ids = {start: 0}
@@ -112,12 +123,27 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
         intervals = [iv for q in subset for iv in byte_edges[q]]
         row = [-1] * n_classes
         if intervals:
-            # classes between consecutive interval ends share one target set: one lookup per segment
+            # classes between consecutive interval ends share one target set: a sweep over the
+            # ends keeps the set of covering intervals' targets, one lookup per segment
             cuts = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
-            for lo, hi in zip(cuts, cuts[1:]):
-                ts = {t for a, b, t in intervals if a <= lo and hi <= b}
-                if ts:
-                    row[lo:hi] = [target(ts)] * (hi - lo)
+            at = {c: i for i, c in enumerate(cuts)}
+            opens: list[list[int]] = [[] for _ in cuts]
+            closes: list[list[int]] = [[] for _ in cuts]
+            for lo, hi, t in intervals:
+                opens[at[lo]].append(t)
+                closes[at[hi]].append(t)
+            active: dict[int, int] = {}
+            for k in range(len(cuts) - 1):
+                for t in closes[k]:
+                    if active[t] == 1:
+                        del active[t]
+                    else:
+                        active[t] -= 1
+                for t in opens[k]:
+                    active[t] = active.get(t, 0) + 1
+                if active:
+                    lo, hi = cuts[k], cuts[k + 1]
+                    row[lo:hi] = [target(active)] * (hi - lo)
         by_call: dict[int, set[int]] = {}
         by_tok: dict[int, set[int]] = {}
         for q in subset:

@@ -6,19 +6,24 @@ their calls. ``automaton.py`` determinizes and minimizes the result.
 """
 from __future__ import annotations
 
+import sys
+
 from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
                                 MAX_CODE_POINT, rule_refs)
-from halter.grammar.utf8 import utf8_sequences
+from halter.grammar.utf8 import utf8_sequences_cached
 
 EPS, BYTES, CALL, TOKEN = 0, 1, 2, 3
 MAX_INLINE_REPEAT_STATES = 4000  # bigger repetitions call an auxiliary rule instead of unrolling
 INLINE_MAX_STATES = 400          # non-recursive rules this small are expanded where they are used
 INLINE_ONCE_MAX_STATES = 4000    # ... and bigger ones too when they are used only once
+SHARE_MIN_STATES = 16            # subexpressions this big are built once per (expression, end state)
 
 
 class Nfa:
     def __init__(self) -> None:
         self.edges: list[list[tuple[int, object, int]]] = []
+        # (id of expression, end state) or (UTF-8 tail ranges, end state) -> the state starting it
+        self.shared: dict[tuple, int] = {}
 
     def new(self) -> int:
         self.edges.append([])
@@ -101,14 +106,21 @@ class NfaBuilder:
     def build_all(self, root: str) -> None:
         self.plan_inlining(root)
         self.rule_id(root)
-        i = 0
-        while i < len(self.names):            # rules are numbered as they are first referenced
-            name = self.names[i]
-            nfa = Nfa()
-            s, e = nfa.new(), nfa.new()
-            self.nfas.append((nfa, s, e))
-            self.emit(nfa, self.rules[name], s, e, name)
-            i += 1
+        # emission recurses along the syntax tree: a JSON Schema key trie nests one Alt/Seq pair
+        # per character, a few frames each (Python 3.11+ frames do not use the C stack)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 100_000))
+        try:
+            i = 0
+            while i < len(self.names):            # rules are numbered as they are first referenced
+                name = self.names[i]
+                nfa = Nfa()
+                s, e = nfa.new(), nfa.new()
+                self.nfas.append((nfa, s, e))
+                self.emit(nfa, self.rules[name], s, e, name)
+                i += 1
+        finally:
+            sys.setrecursionlimit(limit)
 
     def size(self, expr: Expr) -> int:
         key = id(expr)
@@ -129,6 +141,34 @@ class NfaBuilder:
         return self._size_cache[key]
 
     def emit(self, nfa: Nfa, expr: Expr, s: int, e: int, rule: str) -> None:
+        """Add paths from ``s`` to ``e`` spelling ``expr``.
+
+        Emission only adds edges out of ``s`` and into ``e`` (plus edges among states it creates),
+        never into ``s`` nor out of ``e``. So a subexpression ending at the same ``e`` twice (the
+        "rest of the string" after every branch of a key complement's trie, an inlined rule used
+        in several alternatives) can be built once and entered by an epsilon edge: the paths from
+        its start are the same whoever enters it. That keeps NFAs, and the subsets built from them,
+        small.
+        """
+        if isinstance(expr, RuleRef) and expr.name in self.inline:
+            expr = self.rules[expr.name]
+        if isinstance(expr, (Seq, Alt, Repeat)) and self.size(expr) >= SHARE_MIN_STATES:
+            nfa.add(s, EPS, None, self.start_of(nfa, expr, e, rule))
+            return
+        self._emit(nfa, expr, s, e, rule)
+
+    def start_of(self, nfa: Nfa, expr: Expr, e: int, rule: str) -> int:
+        """A state from which exactly ``expr`` leads to ``e``: built once per (expression, ``e``)."""
+        if isinstance(expr, RuleRef) and expr.name in self.inline:
+            expr = self.rules[expr.name]
+        key = (id(expr), e)
+        start = nfa.shared.get(key)
+        if start is None:
+            start = nfa.shared[key] = nfa.new()
+            self._emit(nfa, expr, start, e, rule)
+        return start
+
+    def _emit(self, nfa: Nfa, expr: Expr, s: int, e: int, rule: str) -> None:
         if isinstance(expr, Literal):
             data = expr.text.encode("utf-8", "surrogatepass")
             cur = s
@@ -141,12 +181,18 @@ class NfaBuilder:
         elif isinstance(expr, (CharClass, AnyChar)):
             ranges = [(0, MAX_CODE_POINT)] if isinstance(expr, AnyChar) else expr.code_point_ranges()
             for lo, hi in ranges:
-                for byte_seq in utf8_sequences(lo, hi):
-                    cur = s
-                    for i, rng in enumerate(byte_seq):
-                        nxt = e if i == len(byte_seq) - 1 else nfa.new()
-                        nfa.add(cur, BYTES, rng, nxt)
-                        cur = nxt
+                for byte_seq in utf8_sequences_cached(lo, hi):
+                    # continuation bytes lead through states shared per (remaining ranges, e):
+                    # classes ending at the same place share their UTF-8 tails
+                    end = e
+                    for k in range(len(byte_seq) - 1, 0, -1):
+                        key = (byte_seq[k:], end)
+                        nxt = nfa.shared.get(key)      # type: ignore[call-overload]
+                        if nxt is None:
+                            nxt = nfa.shared[key] = nfa.new()   # type: ignore[index]
+                            nfa.add(nxt, BYTES, byte_seq[k], end)
+                        end = nxt
+                    nfa.add(s, BYTES, byte_seq[0], end)
         elif isinstance(expr, RuleRef):
             if expr.name in self.inline:
                 self.emit(nfa, self.rules[expr.name], s, e, rule)
@@ -158,17 +204,16 @@ class NfaBuilder:
                 self.token_refs.append(expr)
             nfa.add(s, TOKEN, self.token_index[expr], e)
         elif isinstance(expr, Seq):
-            cur = s
-            for i, item in enumerate(expr.items):
-                nxt = e if i == len(expr.items) - 1 else nfa.new()
-                self.emit(nfa, item, cur, nxt, rule)
-                cur = nxt
+            # right to left: the state between two items is the shared start of the rest, so
+            # sequences with a common tail (`[^a] rest`, `[^b] rest`, ...) end in one copy of it
+            end = e
+            for item in reversed(expr.items[1:]):
+                end = self.start_of(nfa, item, end, rule)
+            if expr.items:
+                self.emit(nfa, expr.items[0], s, end, rule)
         elif isinstance(expr, Alt):
-            for opt in expr.options:
-                a, b = nfa.new(), nfa.new()
-                nfa.add(s, EPS, None, a)
-                nfa.add(b, EPS, None, e)
-                self.emit(nfa, opt, a, b, rule)
+            for opt in expr.options:       # straight from s to e: see emit() on why that is safe
+                self.emit(nfa, opt, s, e, rule)
         elif isinstance(expr, Repeat):
             self.emit_repeat(nfa, expr, s, e, rule)
         else:

@@ -6,6 +6,8 @@ Surrogates (U+D800..U+DFFF) are not valid in UTF-8 and are dropped, so invalid U
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 _LENGTH_BOUNDARIES = (0x7F, 0x7FF, 0xFFFF)
 
 
@@ -50,3 +52,9 @@ def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
             out.append(list(zip(a, b)))
     out.sort()
     return out
+
+
+@lru_cache(maxsize=1 << 16)
+def utf8_sequences_cached(lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """``utf8_sequences`` as shared, immutable tuples: grammars repeat the same classes a lot."""
+    return tuple(tuple(seq) for seq in utf8_sequences(lo, hi))
