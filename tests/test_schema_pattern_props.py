@@ -139,3 +139,15 @@ def test_too_large_length_automaton_warns_or_raises_in_strict_mode():
     with pytest.raises(UnsupportedSchemaError) as err:
         json_schema_to_gbnf(schema, strict=True)
     assert err.value.keyword == "maxLength"
+
+
+def test_long_counted_key_patterns_build():
+    # a single pattern's keys keep the regex's counted repeat instead of a 255-state chain
+    schema = {"type": "object", "patternProperties": {"^[0-9a-z]{1,255}$": {"type": "string"}},
+              "additionalProperties": False}
+    g = check(schema, [{"a" * 255: "x"}, {"a" * 256: "x"}, {"ab": 1}, {"A": "x"}])
+    # minus a known name the automaton would be that chain: too long, so the approximation
+    schema["properties"] = {"abc": {"minLength": 2}}
+    with pytest.warns(SchemaWarning, match="patternProperties"):
+        g = Grammar.from_json_schema(schema)
+    assert g.matches('{"abc": "xy"}') and not g.matches('{"abc": 1}')

@@ -17,6 +17,9 @@ from halter.schemas.json_text import JsonText, cat
 MAX_STATE_RULES = 200
 """Most states written as rules of their own: the engine builds an automaton per rule (about
 5 ms each for rules over classes like ``\\S``), so a 2,000-rule string would take 10 s to build."""
+MAX_CHAIN = 128
+"""Most states in a row outside cycles: the engine inlines rules used once, and recursing through
+a 255-state chain (``[a-z]{1,255}`` minus a name) exceeds Python's stack."""
 MAX_INLINE_DEPTH = 32
 BIG_CLASS_RANGES = 8
 MAX_INLINE_STATES = 24
@@ -74,6 +77,25 @@ def _cyclic(succ: list[dict[int, list]]) -> list[bool]:
     return out
 
 
+def _longest_chain(succ: list[dict[int, list]], cyclic: list[bool]) -> int:
+    """The most states in a row on a path that enters no cycle (the engine nests them).
+
+    Edges into states on cycles are left out, which leaves no cycle: a longest-path DFS works.
+    """
+    longest: dict[int, int] = {}
+    for root in range(len(succ)):
+        stack = [(root, False)]
+        while stack:
+            q, expanded = stack.pop()
+            nxt = [t for t in succ[q] if t != q and not cyclic[t]]
+            if expanded:
+                longest[q] = 1 + max((longest[t] for t in nxt), default=0)
+            elif q not in longest:
+                stack.append((q, True))
+                stack.extend((t, False) for t in nxt if t not in longest)
+    return max(longest.values(), default=0)
+
+
 def _speller(js: JsonText, d: Dfa, hint: str):
     """Spells sets of ``d``'s symbols, sharing the large ones.
 
@@ -126,6 +148,8 @@ def dfa_to_expr(d: Dfa, js: JsonText, hint: str, end: Expr) -> Expr | None:
     is_rule = [indeg[q] > 1 or cyclic[q] or (q == d.start and indeg[q] > 0) for q in range(n)]
     if sum(is_rule) > MAX_STATE_RULES:
         raise AutomatonTooLarge(f"{sum(is_rule)} states would need their own rule")
+    if _longest_chain(succ, cyclic) > MAX_CHAIN:
+        raise AutomatonTooLarge(f"a chain of more than {MAX_CHAIN} states")
     names = {q: rules.reserve(f"{hint}-{i}") for i, q in enumerate(q for q in range(n) if is_rule[q])}
     body: dict[int, Expr] = {}
     depth: dict[int, int] = {}

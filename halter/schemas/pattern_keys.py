@@ -117,12 +117,33 @@ def partition_keys(conv: "Converter", pattern_props: dict, additional: Any, know
     for value, members in groups.items():
         keys = trim(replace(joint, accept=[lb in members for lb in labels]))
         try:
-            body = dfa_to_expr(keys, conv.js, conv.hint(ptr) + "-key", Literal('"'))
+            key = _plain_key(conv, keys, members, len(classes), names, pats, dfas, known, ptr)
+            if key is None:
+                body = dfa_to_expr(keys, conv.js, conv.hint(ptr) + "-key", Literal('"'))
+                key = None if body is None else conv.rules.add(conv.hint(ptr) + "-key", cat(Literal('"'), body))
         except AutomatonTooLarge:
             return None
-        if body is not None:
-            out.append((conv.rules.add(conv.hint(ptr) + "-key", cat(Literal('"'), body)), value))
+        if key is not None:
+            out.append((key, value))
     return out
+
+
+def _plain_key(conv: "Converter", keys: Dfa, members: set, n_classes: int, names: Dfa | None,
+               pats: list[str], dfas: list[Dfa], known: list[str], ptr: str) -> Expr | None:
+    """The key grammar without an automaton when it is simply "every key but the known names" or
+    exactly one pattern's language: the regex tree keeps counted repeats (``[a-z]{1,255}``) that
+    an automaton would unroll into a chain of states."""
+    from halter.schemas.objects import key_complement
+    if len(members) == n_classes and names is None:
+        return key_complement(conv.js, known)
+    if len(members) == 1:
+        (cls,) = members
+        if len(cls) == 1:
+            (i,) = cls
+            if keys.minus(dfas[i]).is_empty() and dfas[i].minus(keys).is_empty():
+                expr = conv.strings.pattern_expr(pats[i], f"{ptr}/patternProperties")
+                return cat(Literal('"'), conv.js.encode_expr(expr), Literal('"'))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
