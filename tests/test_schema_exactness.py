@@ -161,3 +161,25 @@ def test_random_instances_of_exact_one_of_are_valid(schema):
         text = random_text(rules, "root", rng)
         # "3E-9731" is above 0 although it underflows a float: exact decimals then
         assert validator.is_valid(json.loads(text)) or validator.is_valid(json.loads(text, parse_float=Decimal)), text
+
+
+@pytest.mark.parametrize("schema, instances", [
+    # two different `contains` in an allOf: both must find a match (was merged into one `contains`
+    # matching both at once, which rejected ["a", "b"])
+    ({"allOf": [{"contains": {"const": "a"}}, {"contains": {"const": "b"}}]},
+     [["a", "b"], ["b", "a"], ["b", "x", "a"]]),
+    # minContains applies to its sibling `contains` only: here it has none and is a no-op
+    ({"allOf": [{"contains": {"const": "a"}}, {"minContains": 2}]}, [["a"], ["a", "x"]]),
+    ({"allOf": [{"contains": {"const": "a"}}, {"contains": {"const": "b"}, "minContains": 2}]},
+     [["a", "b", "b"], ["b", "a", "b"]]),
+])
+def test_contains_in_allof_never_rejects_a_valid_array(schema: dict, instances: list) -> None:
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = Grammar.from_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for inst in instances:
+        assert validator.is_valid(inst)
+        assert g.matches(json.dumps(inst)), inst
+    assert not g.matches("[]")

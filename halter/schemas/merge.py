@@ -18,7 +18,7 @@ ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "depre
                "definitions", "contentMediaType", "contentEncoding", "contentSchema", "$vocabulary"}
 
 
-SUBSCHEMA_KEYS = {"items", "additionalItems", "propertyNames", "contains", "unevaluatedItems",
+SUBSCHEMA_KEYS = {"items", "additionalItems", "propertyNames", "unevaluatedItems",
                   "unevaluatedProperties"}
 
 
@@ -75,10 +75,30 @@ def _prop_rule(schema: dict, key: str) -> Any:
     return schema.get("additionalProperties", True)
 
 
+_CONTAINS_KEYS = ("contains", "minContains", "maxContains")
+
+
+def _own_contains(schema: dict) -> dict:
+    """``schema`` without ``minContains``/``maxContains`` when it has no ``contains`` of its own.
+
+    The counts only apply to their sibling ``contains``; merged next to another schema's
+    ``contains`` they would wrongly count its matches.
+    """
+    if "contains" in schema or not any(k in schema for k in _CONTAINS_KEYS[1:]):
+        return schema
+    return {k: v for k, v in schema.items() if k not in _CONTAINS_KEYS[1:]}
+
+
 def merge(a: dict, b: dict) -> dict | bool:
     """A schema equivalent to ``allOf: [a, b]`` (both without ``$ref``/``allOf``/``anyOf``)."""
     out: dict = {}
     conflicts: list[str] = []
+    a, b = _own_contains(a), _own_contains(b)
+    if "contains" in a and "contains" in b and a["contains"] != b["contains"]:
+        # two different `contains` (each with its own counts) do not merge into one: keep a's
+        # (every valid instance satisfies it, so the grammar is a superset) and report b's
+        b = {k: v for k, v in b.items() if k not in _CONTAINS_KEYS}
+        conflicts.append("contains")
     keys = set(a) | set(b)
     for k in keys:
         if k in ANNOTATIONS:
