@@ -10,9 +10,9 @@ text is accepted when the remainder, scaled by the fraction digits still missing
 three-state automaton (a non-zero fraction digit was read).
 
 The bounds already have an exact grammar (``numbers.number_range``/``integer_range``: literals,
-classes, repeats, no rule references), so the result is their product: the bound grammar becomes an
-NFA, the subset construction runs on (NFA states, factor states) pairs, the DFA is minimised and
-written as right-linear rules ``{hint}-n{i}``. Exponent notation is never accepted here (its value
+classes, repeats, no rule references), so the result is their product: the bound grammar becomes a
+DFA (``char_automaton.from_expr``), the product runs on (its state, factor states) pairs over the
+characters of number texts, is minimised and written as right-linear rules ``{hint}-n{i}``. Exponent notation is never accepted here (its value
 against the digit count of the mantissa is not regular), as for bounded numbers and integers.
 """
 from __future__ import annotations
@@ -20,9 +20,10 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
-from halter.grammar.ast import Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, alt
+from halter.grammar.ast import CharClass, Expr, Literal, RuleRef, alt
+from halter.schemas.char_automaton import AutomatonTooLarge, from_expr
 from halter.schemas.json_text import cat
 from halter.schemas.rules import Rules
 
@@ -120,68 +121,6 @@ def multiple_factor(d: Any, negated: bool = False) -> Multiple | None:
     return Multiple(parts[0], parts[1], negated)
 
 
-# ---------------------------------------------------------------------------------------------
-# the bound grammar as an NFA
-
-class _NFA:
-    def __init__(self) -> None:
-        self.eps: list[list[int]] = []
-        self.moves: list[list[tuple[frozenset, int]]] = []
-
-    def new(self) -> int:
-        self.eps.append([])
-        self.moves.append([])
-        return len(self.eps) - 1
-
-    def build(self, e: Expr, src: int) -> int:
-        """Add ``e`` starting at ``src``; returns its end state."""
-        if isinstance(e, Literal):
-            for ch in e.text:
-                nxt = self.new()
-                self.moves[src].append((frozenset(ch), nxt))
-                src = nxt
-            return src
-        if isinstance(e, CharClass):
-            chars = frozenset(c for c in ALPHABET if any(lo <= ord(c) <= hi for lo, hi in e.code_point_ranges()))
-            nxt = self.new()
-            self.moves[src].append((chars, nxt))
-            return nxt
-        if isinstance(e, Seq):
-            for item in e.items:
-                src = self.build(item, src)
-            return src
-        if isinstance(e, Alt):
-            end = self.new()
-            for o in e.options:
-                self.eps[self.build(o, src)].append(end)
-            return end
-        if isinstance(e, Repeat):
-            for _ in range(e.min):
-                src = self.build(e.expr, src)
-            if e.max is None:
-                loop = self.new()
-                self.eps[src].append(loop)
-                self.eps[self.build(e.expr, loop)].append(loop)
-                return loop
-            end = self.new()
-            self.eps[src].append(end)
-            for _ in range(e.max - e.min):
-                src = self.build(e.expr, src)
-                self.eps[src].append(end)
-            return end
-        raise TypeError(f"not a number grammar piece: {e!r}")
-
-    def closure(self, states: Iterable[int]) -> frozenset:
-        seen = set(states)
-        todo = list(seen)
-        while todo:
-            for t in self.eps[todo.pop()]:
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return frozenset(seen)
-
-
 _emitted: "weakref.WeakKeyDictionary[Rules, dict]" = weakref.WeakKeyDictionary()
 """Automata already written into a rule set, so equal number schemas share their rules."""
 
@@ -201,22 +140,25 @@ def intersect(base: Expr, factors: list[Factor], rules: Rules, hint: str) -> Exp
         if cache[memo] is TooLarge:
             raise TooLarge()
         return cache[memo]
-    nfa = _NFA()
-    start = nfa.new()
-    final = nfa.build(base, start)
-    s0 = (nfa.closure([start]), tuple(f.start for f in factors))
+    try:
+        bound = from_expr(base, limit=MAX_STATES)      # the bound grammar's own DFA
+    except AutomatonTooLarge:
+        cache[memo] = TooLarge
+        raise TooLarge() from None
+    step_of = {ch: bound.symbol_of(ord(ch)) for ch in ALPHABET}
+    s0 = (bound.start, tuple(f.start for f in factors))
     index = {s0: 0}
     order = [s0]
     trans: list[dict[str, int]] = []
     accept: list[bool] = []
     i = 0
     while i < len(order):
-        nstates, fstates = order[i]
-        accept.append(final in nstates and all(f.accepts(s) for f, s in zip(factors, fstates)))
+        q, fstates = order[i]
+        accept.append(bound.accept[q] and all(f.accepts(s) for f, s in zip(factors, fstates)))
         out: dict[str, int] = {}
         for ch in ALPHABET:
-            nxt = nfa.closure(t for s in nstates for chars, t in nfa.moves[s] if ch in chars)
-            if not nxt:
+            nxt = bound.trans[q][step_of[ch]]
+            if nxt < 0:
                 continue
             fs = tuple(f.step(s, ch) for f, s in zip(factors, fstates))
             if any(s is None for s in fs):
