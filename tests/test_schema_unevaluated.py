@@ -6,14 +6,13 @@ in the default and compact serializations.
 """
 from __future__ import annotations
 
-import json
 import warnings
 
-import jsonschema
 import pytest
 
 from halter.errors import UnsupportedSchemaError
 from halter.grammar import Grammar
+from tests.schema_checks import assert_grammar_agrees
 from halter.schemas import SchemaWarning
 
 OBJ = {"type": "object"}
@@ -79,12 +78,7 @@ CASES = [
 
 def _check(schema: dict, instances: list, **options) -> None:
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-    validator = jsonschema.Draft202012Validator(schema)
-    g = Grammar.from_json_schema(schema, **options)
-    for instance, valid in instances:
-        assert validator.is_valid(instance) == valid, f"test data: {instance!r} under {schema}"
-        for text in (json.dumps(instance), json.dumps(instance, separators=(",", ":"))):
-            assert g.matches(text) == valid, f"{text} under {json.dumps(schema)}"
+    assert_grammar_agrees(schema, instances, **options)
 
 
 @pytest.mark.parametrize("schema,instances", CASES, ids=range(len(CASES)))
