@@ -1,11 +1,11 @@
-"""ECMAScript regular expressions (the JSON Schema ``pattern`` dialect) -> grammar expressions.
+"""ECMAScript regular expressions (the JSON Schema ``pattern`` dialect): the parser.
 
-The parser produces the halter grammar syntax tree over code points (``Literal``, ``CharClass``,
-``Seq``, ``Alt``, ``Repeat``) plus ``Anchor`` markers for ``^`` and ``$``. ``split_anchors`` turns
-a pattern into its anchored/unanchored variants so that a schema pattern can "match anywhere", as
-the JSON Schema spec means it. Constructs a context-free grammar cannot express (backreferences,
-lookaround, word boundaries) raise ``UnsupportedRegexError``; malformed patterns ``RegexError``.
-Unicode property escapes (``\\p{L}``) are read with their ``u``-mode meaning (unicode_props.py).
+``parse_regex`` produces the halter grammar syntax tree over code points (``Literal``,
+``CharClass``, ``Seq``, ``Alt``, ``Repeat``) plus ``Anchor`` markers for ``^`` and ``$``; turning
+that tree into a grammar expression or GBNF text (anchor handling included) is regex_convert.py.
+Constructs a context-free grammar cannot express (backreferences, lookaround, word boundaries)
+raise ``UnsupportedRegexError``; malformed patterns ``RegexError``. Unicode property escapes
+(``\\p{L}``) are read with their ``u``-mode meaning (unicode_props.py).
 
 Semantics follow ECMAScript without flags: ``.`` excludes line terminators (\\n \\r U+2028 U+2029),
 ``\\d``/``\\w`` are ASCII, ``\\s`` is ECMAScript white space, ``$`` matches only at the very end.
@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from halter.errors import SchemaError, UnsupportedSchemaError
-from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, alt, contains,
-                                format_grammar, merge_ranges, seq)
+from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, merge_ranges
 from halter.schemas.unicode_props import property_ranges
 
 
@@ -343,91 +342,7 @@ def parse_regex(pattern: str, pointer: str = "") -> Expr:
     return _Parser(pattern, pointer).parse()
 
 
-def split_anchors(expr, pattern: str = "", pointer: str = "") -> list[tuple[bool, bool, Expr]]:
-    """Variants ``(anchored_at_start, anchored_at_end, expr_without_anchors)`` of a pattern.
-
-    Anchors are only allowed where they can take effect at the edges of the match (first/last
-    item of a top-level alternative, possibly inside groups); anywhere else they raise.
-    """
-    if isinstance(expr, Anchor):
-        return [(expr.start, not expr.start, Literal(""))]
-    if isinstance(expr, Alt):
-        out = []
-        for o in expr.options:
-            out.extend(split_anchors(o, pattern, pointer))
-        return out
-    if isinstance(expr, Seq):
-        items = list(expr.items)
-        lead: list[tuple[bool, bool, Expr]] = [(False, False, Literal(""))]
-        if items and _has_anchor(items[0]):
-            lead = split_anchors(items[0], pattern, pointer)
-            items = items[1:]
-        trail: list[tuple[bool, bool, Expr]] = [(False, False, Literal(""))]
-        if items and _has_anchor(items[-1]):
-            trail = split_anchors(items[-1], pattern, pointer)
-            items = items[:-1]
-        for it in items:
-            if _has_anchor(it):
-                raise UnsupportedRegexError("an anchor in the middle of a pattern is not supported",
-                                            pattern, 0, pointer)
-        middle = seq(*items)
-        out = []
-        for ls, le, lx in lead:
-            for ts, te, tx in trail:
-                if le and (items or not _nullable_pair(tx)) or ts and (items or not _nullable_pair(lx)):
-                    raise UnsupportedRegexError(
-                        "an anchor in the middle of a pattern is not supported", pattern, 0, pointer)
-                out.append((ls or ts, le or te, seq(lx, middle, tx)))
-        return out
-    if isinstance(expr, Repeat) and _has_anchor(expr.expr):
-        raise UnsupportedRegexError("a repeated anchor is not supported", pattern, 0, pointer)
-    return [(False, False, expr)]
-
-
-def _nullable_pair(expr: Expr) -> bool:
-    return isinstance(expr, Literal) and expr.text == ""
-
-
-def _has_anchor(expr) -> bool:
-    return contains(expr, lambda e: isinstance(e, Anchor))
-
-
-def regex_to_expr(pattern: str, *, anchored: bool = True, any_char: Expr | None = None,
-                  pointer: str = "") -> Expr:
-    """A grammar expression over code points for ``pattern``.
-
-    ``anchored=True``: the whole text must match (edge anchors are then redundant).
-    ``anchored=False``: the pattern may match anywhere, as ``re.search`` / JSON Schema mean it;
-    ``any_char`` is what the unanchored ends may consume (default: any character).
-    """
-    tree = parse_regex(pattern, pointer)
-    variants = split_anchors(tree, pattern, pointer)
-    filler = Repeat(any_char if any_char is not None else CharClass(((0, MAX_CODE_POINT),)), 0, None)
-    options = []
-    for start, end, body in variants:
-        if anchored:
-            options.append(body)
-        else:
-            options.append(seq(*(() if start else (filler,)), body, *(() if end else (filler,))))
-    return alt(*_dedupe(options))
-
-
-def _dedupe(options: list[Expr]) -> list[Expr]:
-    seen, out = set(), []
-    for o in options:
-        if o not in seen:
-            seen.add(o)
-            out.append(o)
-    return out
-
-
-def regex_to_gbnf(pattern: str, *, anchored: bool = True) -> str:
-    """GBNF text whose ``root`` matches exactly the strings ``pattern`` matches.
-
-    ``anchored=True`` (default) means the whole output must match, as in ``re.fullmatch``;
-    ``anchored=False`` means the pattern may match anywhere in the output (``re.search``).
-    Raises ``RegexError`` for malformed patterns and ``UnsupportedRegexError`` for constructs a
-    grammar cannot express.
-    """
-    from halter.schemas.rules import tidy_rules
-    return format_grammar(tidy_rules({"root": regex_to_expr(pattern, anchored=anchored)}))
+# The conversion half lives in regex_convert.py (which imports the parser above); re-exported here,
+# after everything it needs is defined, so ``from halter.schemas.regex import regex_to_gbnf`` keeps
+# working.
+from halter.schemas.regex_convert import regex_to_expr, regex_to_gbnf, split_anchors  # noqa: E402, F401
