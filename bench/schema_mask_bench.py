@@ -7,7 +7,20 @@ before each token; the same text is then written under the plain JSON grammar
 cached masks. Each text is written twice: the first pass pays for computing masks the first time a
 parser state is seen (what one generation with a new schema costs), the second reads them from the
 compiled grammar's caches (the steady state). Reported: compile time and mean/p95 mask time per
-token for both grammars, and the schema/plain ratios. Run: ``python bench/schema_mask_bench.py [--vocab NAME] [--schemas N]``.
+token for both grammars, and the schema/plain ratios.
+
+``--peers`` (off by default, so the script runs where the peers are not installed) adds XGrammar and
+llguidance (adapters in ``bench/peers_masks.py``; a peer that does not import is reported and left
+out), measured in the same run on the same schemas, the same vocabulary (their tokenizers are built
+from halter's ``Vocabulary``: same bytes, same ids) and the same token ids: the sequence halter chose
+in its first pass is recorded and replayed, each peer filling its mask before each token (timed, the
+fill alone, like halter's) and accepting the token after. Each peer compiles each schema (timed,
+its schema-to-grammar conversion included; halter's compile column is ``compile`` alone, its
+conversion is printed apart) and walks the sequence twice: first pass and steady state. A peer that
+refuses a schema or rejects a token of the sequence skips that schema (counted); ratios halter/peer
+are taken on the schemas the peer completed, halter's schema-grammar times against the peer's.
+
+Run: ``python bench/schema_mask_bench.py [--vocab NAME] [--schemas N] [--strict] [--peers] [-v]``.
 """
 from __future__ import annotations
 
@@ -27,8 +40,8 @@ from halter.schemas import json_schema_to_gbnf
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
-def write_text(cg, vocab, text: bytes, bitmask: np.ndarray) -> list[float] | None:
-    """Mask times (seconds) while writing ``text``; None if the grammar refuses it."""
+def write_text(cg, vocab, text: bytes, bitmask: np.ndarray, tokens: list[int] | None = None) -> list[float] | None:
+    """Mask times (seconds) while writing ``text``; None if the grammar refuses it. Token ids go to ``tokens``."""
     tm = cg.matcher()
     by_first: dict[int, list[int]] = {}
     for tid, b in enumerate(vocab.token_bytes):
@@ -48,6 +61,8 @@ def write_text(cg, vocab, text: bytes, bitmask: np.ndarray) -> list[float] | Non
         if best is None or not tm.accept_token(best):
             return None
         pos += len(vocab.token_bytes[best])
+        if tokens is not None:
+            tokens.append(best)
     return times
 
 
@@ -57,8 +72,17 @@ def main() -> None:
     ap.add_argument("--schemas", type=int, default=20)
     ap.add_argument("--strict", action="store_true", help="strict mode (default: the API's default mode)")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per schema")
+    ap.add_argument("--peers", action="store_true", help="also XGrammar and llguidance, same schemas and tokens")
     args = ap.parse_args()
     vocab = Vocabulary.from_gguf(SHARED / "vocab" / args.vocab)
+    peers = []
+    if args.peers:
+        from peers_masks import load_peers  # bench/ is on sys.path when the script runs
+        peers = load_peers(vocab, strict=args.strict)
+    # per peer: compile times, first/second pass times, halter's on the same schemas, skip reasons
+    peer_stats = {p.name: {"compile": [], "first": [], "second": [], "h_first": [], "h_second": [],
+                           "refused": 0, "rejected": 0} for p in peers}
+    convert: list[float] = []
     bitmask = allocate_bitmask(1, vocab.size)
     t0 = time.perf_counter()
     plain_text = (SHARED / "grammars" / "json.gbnf").read_text()
@@ -75,9 +99,11 @@ def main() -> None:
             continue
         text = json.dumps(valid[0]).encode()
         try:
+            t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 g = Grammar.from_gbnf(json_schema_to_gbnf(row["schema"], strict=args.strict))
+            convert.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             cg = g.compile(vocab, cache=False, progress=False)
             compiles.append(time.perf_counter() - t0)
@@ -88,10 +114,12 @@ def main() -> None:
             continue
         # both grammars start cold (fresh compile, no masks cached yet): the same conditions
         plain = Grammar.from_gbnf(plain_text).compile(vocab, cache=False, progress=False)
-        st = write_text(cg, vocab, text, bitmask)
+        tokens: list[int] = []
+        st = write_text(cg, vocab, text, bitmask, tokens)
         pt = write_text(plain, vocab, text, bitmask)
         if st is not None and pt is not None:        # second pass: cached masks (steady state)
-            warm_schema += write_text(cg, vocab, text, bitmask) or []
+            st2 = write_text(cg, vocab, text, bitmask) or []
+            warm_schema += st2
             warm_plain += write_text(plain, vocab, text, bitmask) or []
         if st is None or pt is None:
             skipped += 1
@@ -103,24 +131,70 @@ def main() -> None:
                   f"vs {1000 * statistics.mean(pt):.3f} ms plain; {len(g.rules) if hasattr(g, 'rules') else '?'} rules")
         schema_times += st
         plain_times += pt
+        for peer in peers:  # the same schema, replaying the token ids halter chose in its first pass
+            ps = peer_stats[peer.name]
+            try:
+                t0 = time.perf_counter()
+                m = peer.compile(json.dumps(row["schema"]))
+                ctime = time.perf_counter() - t0
+            except Exception as e:  # noqa: BLE001 - PeerError, or anything else: the run goes on
+                ps["refused"] += 1
+                if args.verbose:
+                    print(f"  {row['id']}: {peer.name} refused the schema ({e})")
+                continue
+            try:
+                first = peer.walk(m, tokens)
+                second = peer.walk(m, tokens)
+            except Exception as e:  # noqa: BLE001 - a peer failing must not stop the run
+                ps["rejected"] += 1
+                if args.verbose:
+                    print(f"  {row['id']}: {peer.name} rejected the sequence ({e})")
+                continue
+            ps["compile"].append(ctime)
+            ps["first"] += first
+            ps["second"] += second
+            ps["h_first"] += st
+            ps["h_second"] += st2
+            if args.verbose:
+                print(f"  {row['id']}: {peer.name} compile {ctime:.3f} s, mask {1000 * statistics.mean(first):.3f} ms, "
+                      f"second pass {1000 * statistics.mean(second):.3f} ms")
 
     def ms(xs, q=None):
         if not xs:
             return "-"
-        return f"{1000 * (statistics.mean(xs) if q is None else np.percentile(xs, q)):.3f} ms"
+        return f"{1000 * (statistics.mean(xs) if q is None else np.percentile(xs, q)):.4f} ms"
+
+    def row_(name, compile_s, xs):
+        return f"| {name} | {compile_s} | {ms(xs)} | {ms(xs, 50)} | {ms(xs, 95)} | {len(xs)} |"
 
     print(f"vocabulary {args.vocab}: {vocab.size} tokens; {len(compiles)} schemas, {skipped} skipped")
-    print("| grammar | compile (mean) | mask per token (mean) | p95 | tokens |")
-    print("|---|---:|---:|---:|---:|")
-    print(f"| plain JSON (json.gbnf) | {plain_compile:.2f} s | {ms(plain_times)} | {ms(plain_times, 95)} | {len(plain_times)} |")
-    print(f"| schema grammars | {statistics.mean(compiles) if compiles else 0:.2f} s | {ms(schema_times)} | "
-          f"{ms(schema_times, 95)} | {len(schema_times)} |")
-    print(f"| plain JSON, second pass (masks cached) | | {ms(warm_plain)} | {ms(warm_plain, 95)} | {len(warm_plain)} |")
-    print(f"| schema grammars, second pass | | {ms(warm_schema)} | {ms(warm_schema, 95)} | {len(warm_schema)} |")
+    print("| grammar | compile (mean) | mask per token (mean) | median | p95 | tokens |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print(row_("plain JSON (json.gbnf)", f"{plain_compile:.2f} s", plain_times))
+    print(row_("schema grammars", f"{statistics.mean(compiles) if compiles else 0:.2f} s", schema_times))
+    print(row_("plain JSON, second pass (masks cached)", "", warm_plain))
+    print(row_("schema grammars, second pass", "", warm_schema))
+    for peer in peers:
+        ps = peer_stats[peer.name]
+        comp = f"{statistics.mean(ps['compile']):.3f} s" if ps["compile"] else "-"
+        print(row_(f"{peer.name} {peer.version}, schemas", comp, ps["first"]))
+        print(row_(f"{peer.name}, second pass", "", ps["second"]))
     for name, s, p in (("first pass", schema_times, plain_times), ("second pass", warm_schema, warm_plain)):
         if s and p:
             print(f"ratio schema/plain, {name}: mean {statistics.mean(s) / statistics.mean(p):.2f}x, "
                   f"p95 {np.percentile(s, 95) / np.percentile(p, 95):.2f}x")
+    if peers and convert:
+        print(f"halter schema -> grammar conversion (not in its compile column): mean {statistics.mean(convert):.3f} s")
+    for peer in peers:
+        ps = peer_stats[peer.name]
+        print(f"{peer.name}: {len(ps['compile'])} schemas completed, {ps['refused']} refused at compile, "
+              f"{ps['rejected']} rejected a token of the sequence")
+        for name, h, p in (("first pass", ps["h_first"], ps["first"]), ("second pass", ps["h_second"], ps["second"])):
+            if h and p:
+                print(f"ratio halter/{peer.name}, {name} (same schemas, same tokens): "
+                      f"mean {statistics.mean(h) / statistics.mean(p):.2f}x, "
+                      f"median {np.percentile(h, 50) / np.percentile(p, 50):.2f}x, "
+                      f"p95 {np.percentile(h, 95) / np.percentile(p, 95):.2f}x")
 
 
 if __name__ == "__main__":
