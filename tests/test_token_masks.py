@@ -229,6 +229,37 @@ def test_json_document_token_by_token_on_real_vocab(real_vocab):
     assert m.allowed_mask()[sorted(real_vocab.eog_ids)[0]]
 
 
+SCHEMA = {"type": "object", "required": ["name"],
+          "properties": {"name": {"type": "string", "maxLength": 80},
+                         "tags": {"type": "array", "items": {"enum": ["alpha", "beta"]}},
+                         "n": {"type": "integer", "minimum": 0}}}
+SCHEMA_DOC = {"name": 'Jo said "hi", ça va', "tags": ["alpha", "beta"], "n": 42, "nam": {"k": [1, None]}}
+
+
+def test_schema_grammar_masks_match_brute_force_on_real_vocab(real_vocab):
+    """Schema grammars lean on escapes (keys outside ``properties``, counted strings, bounded
+    whitespace): along a document written with the longest allowed tokens, and along random walks,
+    masks agree with feeding tokens one by one; tokens that start with a quote, comma, space or
+    backslash (those that end a rule mid-token) are always among the checked ones."""
+    import json
+    cg = Grammar.from_json_schema(SCHEMA).compile(real_vocab)
+    tb = real_vocab.token_bytes
+    risky = np.array([i for i, b in enumerate(tb) if b[:1] in (b'"', b",", b" ", b"\\", b":")], dtype=np.int64)
+    rng = np.random.default_rng(0)
+    data, pos, m = json.dumps(SCHEMA_DOC, ensure_ascii=False).encode(), 0, cg.matcher()
+    while pos < len(data):
+        mask = m.allowed_mask()
+        ids = np.unique(np.concatenate([rng.choice(risky, min(300, len(risky)), replace=False),
+                                        rng.integers(0, real_vocab.size, 300)]))
+        assert (mask[ids] == brute_force(cg, m, ids)).all(), data[:pos]
+        best = max((t for t in np.flatnonzero(mask) if data.startswith(tb[t], pos)), key=lambda t: len(tb[t]))
+        assert m.accept_token(int(best))
+        pos += len(tb[best])
+    assert m.is_accepting()
+    for seed in range(2):
+        assert random_walk_check(cg, seed, steps=12, sample=400) > 0
+
+
 def test_byte_tokens_and_token_refs_on_real_vocab():
     """Llama-2's <0xXX> byte tokens spell a character one byte at a time; <s> is a control token."""
     vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-llama-spm.gguf"))

@@ -117,19 +117,24 @@ def walk_trie_batch(tt: TransitionTable, trie: TokenTrie, starts: list[Node]):
 
 
 def walk_subtrees(tt: TransitionTable, trie: TokenTrie, start: Node, nodes: np.ndarray,
-                  want_escapes: bool = False):
+                  want_escapes: bool = False, first_bytes: np.ndarray | None = None):
     """Rows strictly below trie ``nodes`` whose bytes below that node can be read from ``start``.
 
     Each node's subtree is walked from ``start`` on its own (a node nested under another is walked
     twice, from two different offsets), all in one batch of (trie node, parser state) pairs; the
     state belongs to the pair, not to the trie node. Returns the row indices (may repeat) and, with
     ``want_escapes``, the escape points met on the way (as in ``walk_trie_batch``; ``start`` should
-    then be an opaque node).
+    then be an opaque node). ``first_bytes`` (sorted), when given, are the only bytes ``start`` can
+    read: the first level then looks up just those children instead of expanding all of them.
     """
     found, escapes = [], []
     if start.id != 0 and len(nodes):
         tt.register(start)
-        level = trie.children_of(np.asarray(nodes, dtype=np.int64))
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if first_bytes is not None:
+            level = trie.children_with_bytes(nodes, first_bytes)
+        else:
+            level = trie.children_of(nodes)
         prev_states = np.full(len(level), start.id, dtype=np.int32)
         while len(level):
             st = tt.step(prev_states, tt.class_of[trie.byte[level]])

@@ -74,6 +74,7 @@ class StateSpace:
         self.dead = self._make_node((), (), False, False)
         self.class_of = automata.class_of
         self._ret_nodes: dict[int, Node] = {}
+        self._opaque_nodes: dict[int, Node] = {}
         self.initial = self.closure([(automata.start[automata.root], self.bottom)])
 
     # -- interning ---------------------------------------------------------------------------
@@ -235,7 +236,10 @@ class StateSpace:
 
     def opaque_node(self, position: int) -> Node:
         """The node for ``position`` with an unknown caller: where per-position masks start."""
-        return self.closure([(position, self.opaque)])
+        node = self._opaque_nodes.get(position)
+        if node is None:
+            node = self._opaque_nodes[position] = self.closure([(position, self.opaque)])
+        return node
 
     def return_node(self, ctx: Ctx) -> Node:
         """The node right after a rule called in ``ctx`` ends (its callers advanced)."""

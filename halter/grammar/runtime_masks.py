@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from halter.grammar.masks import walk_subtrees
+from halter.grammar.narrow_walk import NarrowWalker
 from halter.grammar.parser_state import Node
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ class MaskAssembler:
         self._position_sets: dict[int, int] = {}
         self._in_progress: set = set()
         self._tainted = False
+        self._narrow = NarrowWalker(cg.space, cg.trie)
+        self._has_escape: list[bool] | None = None
+        self._row_tokens = None
 
     # -- entry point -------------------------------------------------------------------------
     def node_bits(self, node: Node) -> np.ndarray:
@@ -63,17 +67,35 @@ class MaskAssembler:
 
     def _compute(self, node: Node) -> np.ndarray:
         cg, a = self.cg, self.space.a
+        has_escape = self._has_escape
+        if has_escape is None:
+            has_escape = self._escape_positions()
+        parts = []
         ds = [d for d, _ in node.scan]
-        bits = np.bitwise_or.reduce(cg.acc_bits[ds], axis=0) if ds else self.zeros
+        if ds:
+            parts.append(np.bitwise_or.reduce(cg.acc_bits[ds], axis=0) if len(ds) > 1 else cg.acc_bits[ds[0]])
         for d, ctx in node.scan:
-            if ctx.returns and (a.accepting[d] or cg.esc_start[d + 1] > cg.esc_start[d]):
-                bits = bits | self._escape_bits(d, ctx)
+            if has_escape[d] and ctx.returns:
+                bits = self._escape_bits(d, ctx)
+                if bits is not self.zeros:
+                    parts.append(bits)
         for d, _ctx in node.tok:
             for k, _t in a.tokens[d]:
-                bits = bits | cg.token_ref_bits[k]
+                parts.append(cg.token_ref_bits[k])
         if node.accepting:
-            bits = bits | cg.eog_bits
-        return bits
+            parts.append(cg.eog_bits)
+        if not parts:
+            return self.zeros.copy()
+        if len(parts) == 1:
+            return parts[0].copy()
+        return np.bitwise_or.reduce(parts, axis=0) if len(parts) > 2 else parts[0] | parts[1]
+
+    def _escape_positions(self) -> list[bool]:
+        """Per position: can its rule end within a token (so its callers' continuation matters)?"""
+        cg = self.cg
+        esc = (cg.esc_start[1:] > cg.esc_start[:-1]).tolist()
+        self._has_escape = [e or acc for e, acc in zip(esc, self.space.a.accepting)]
+        return self._has_escape
 
     # -- escapes -----------------------------------------------------------------------------
     def _escape_bits(self, d: int, ctx) -> np.ndarray:
@@ -82,19 +104,30 @@ class MaskAssembler:
         if bits is not None:
             return bits
         ret = self.space.return_node(ctx)
-        bits = self.zeros
+        parts = []
         if ret.id != 0:
             if self.space.a.accepting[d]:
                 if ret.id in self._in_progress:
                     self._tainted = True             # a cycle: its share arrives through the outer call
                 else:
-                    bits = bits | self.node_bits(ret)
+                    parts.append(self.node_bits(ret))
             n_id = self._position_set(d)
             if n_id >= 0:
-                bits = bits | self._suffix_bits(n_id, ret)
+                parts.append(self._suffix_bits(n_id, ret))
+        bits = self._or(parts)
         if not self._tainted:
             self._esc_memo[key] = bits
         return bits
+
+    def _or(self, parts: list) -> np.ndarray:
+        """OR of packed masks, skipping the shared all-zero mask (returned itself when nothing is left)."""
+        zeros = self.zeros
+        parts = [p for p in parts if p is not zeros]
+        if not parts:
+            return zeros
+        if len(parts) == 1:
+            return parts[0]
+        return np.bitwise_or.reduce(parts, axis=0) if len(parts) > 2 else parts[0] | parts[1]
 
     def _suffix_bits(self, n_id: int, start: Node) -> np.ndarray:
         """Tokens below the trie nodes of set ``n_id`` whose rest can be read from ``start``."""
@@ -107,20 +140,21 @@ class MaskAssembler:
             return self.zeros
         self._in_progress.add(key)
         try:
-            bits = self.zeros
+            parts = []
             accepting = self.space.a.accepting
             for d2, c2 in start.scan:
                 inside, n2_id = self._walk(n_id, d2)
-                bits = bits | inside
+                parts.append(inside)
                 if not c2.returns or (n2_id < 0 and not accepting[d2]):
                     continue
                 ret = self.space.return_node(c2)
                 if ret.id == 0:
                     continue
                 if n2_id >= 0:
-                    bits = bits | self._suffix_bits(n2_id, ret)
+                    parts.append(self._suffix_bits(n2_id, ret))
                 if accepting[d2]:
-                    bits = bits | self._suffix_bits(n_id, ret)
+                    parts.append(self._suffix_bits(n_id, ret))
+            bits = self._or(parts)
         finally:
             self._in_progress.discard(key)
         if not self._tainted:
@@ -133,21 +167,59 @@ class MaskAssembler:
         hit = self._walk_memo.get(key)
         if hit is None:
             cg = self.cg
-            rows, esc = walk_subtrees(cg.table, cg.trie, self.space.opaque_node(d), self._node_sets[n_id],
-                                      want_escapes=True)
-            hit = self._walk_memo[key] = (cg.trie.rows_to_bits(rows), self._intern(esc))
+            start, nodes = self.space.opaque_node(d), self._node_sets[n_id]
+            node_list = nodes.tolist()
+            if start.id == 0:
+                rows, esc = [], []
+            elif self._narrow.is_narrow(start, node_list):
+                rows, esc = self._narrow.walk(start, node_list, want_escapes=True)
+            else:
+                live = self._narrow.live_bytes(start)
+                rows, esc = walk_subtrees(cg.table, cg.trie, start, nodes, want_escapes=True,
+                                          first_bytes=live if len(live) < 64 else None)
+            hit = self._walk_memo[key] = (self._bits_of_rows(rows), self._intern(esc))
         return hit
 
+    def _bits_of_rows(self, rows) -> np.ndarray:
+        """Packed mask of the tokens spelled by trie ``rows`` (a list or array; may repeat)."""
+        if len(rows) == 0:
+            return self.zeros
+        trie = self.cg.trie
+        if len(rows) > 64:
+            return trie.rows_to_bits(np.asarray(rows, dtype=np.int64))
+        if self._row_tokens is None:
+            trie.tokens_of_rows(np.zeros(0, dtype=np.int64))       # builds the row -> tokens index
+            self._row_tokens = (memoryview(trie._row_first).cast("B").cast("q"),
+                                memoryview(trie._row_count).cast("B").cast("q"),
+                                memoryview(trie._tok_sorted).cast("B").cast("q"))
+        first, count, toks = self._row_tokens
+        words: dict[int, int] = {}
+        for r in rows:
+            f = first[r]
+            for t in toks[f:f + count[r]]:
+                words[t >> 5] = words.get(t >> 5, 0) | (1 << (t & 31))
+        bits = np.zeros(self.cg.n_words, np.uint32)
+        bits[list(words)] = list(words.values())
+        return bits
+
     # -- trie node sets ----------------------------------------------------------------------
-    def _intern(self, nodes: np.ndarray) -> int:
+    def _intern(self, nodes) -> int:
+        """The id of a set of trie nodes (an array or list, may repeat); -1 for the empty set."""
         if not len(nodes):
             return -1
-        nodes = np.unique(nodes)
-        key = nodes.tobytes()
+        if len(nodes) <= 256:
+            uniq = sorted(set(nodes.tolist() if isinstance(nodes, np.ndarray) else nodes))
+            key = tuple(uniq)
+        else:
+            uniq = np.asarray(nodes, dtype=np.int64)
+            if not (uniq[1:] > uniq[:-1]).all():          # usually already sorted and distinct
+                uniq = np.sort(uniq)
+                uniq = uniq[np.concatenate(([True], uniq[1:] != uniq[:-1]))]
+            key = uniq.tobytes()
         n_id = self._node_set_ids.get(key)
         if n_id is None:
             n_id = self._node_set_ids[key] = len(self._node_sets)
-            self._node_sets.append(nodes)
+            self._node_sets.append(np.asarray(uniq, dtype=np.int64))
         return n_id
 
     def _position_set(self, d: int) -> int:

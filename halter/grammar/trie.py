@@ -121,6 +121,22 @@ class TokenTrie:
         starts = np.repeat(lo - np.cumsum(counts) + counts, counts)
         return starts + np.arange(total, dtype=np.int64)
 
+    def children_with_bytes(self, nodes: np.ndarray, byte_values) -> np.ndarray:
+        """The children of ``nodes`` whose byte is one of ``byte_values`` (sorted), as one sorted array.
+
+        Nodes are numbered level by level with siblings in byte order, so ``(parent, byte)`` is sorted
+        over all nodes and each wanted child is one binary search away.
+        """
+        if not hasattr(self, "_parent_byte"):
+            self._parent_byte = (self.parent + 1) * 256 + self.byte
+        bv = np.asarray(byte_values, dtype=np.int64)
+        want = ((np.asarray(nodes, dtype=np.int64) + 1) * 256)[:, None] + bv[None, :]
+        want = want.ravel()
+        at = np.searchsorted(self._parent_byte, want)
+        at = np.minimum(at, len(self._parent_byte) - 1)
+        hit = at[self._parent_byte[at] == want]
+        return np.sort(hit)
+
     def tokens_of_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(token ids, index into ``rows`` of each) for rows given by index: duplicates expand."""
         if not hasattr(self, "_row_first"):

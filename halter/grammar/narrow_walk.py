@@ -1,0 +1,113 @@
+"""Trie walks for narrow frontiers, one trie node at a time in plain Python.
+
+``masks.walk_subtrees`` advances a whole trie level per numpy call, which pays off when the frontier
+is wide (string contents, where most bytes are allowed) but costs a dozen array operations per level
+however few nodes survive. Schema grammars mostly meet the other case: below the escape point of a
+key or a literal (``"``, `` "``, ``\\``) the caller's continuation allows one or two bytes, and the
+walk dies after a few levels. Here such walks go depth-first over the trie's arrays (read through
+memoryviews, so indexing yields plain ints) and the parser states' memoised transitions. A node's
+children are sorted by byte, so when a state allows few bytes and the node has many children, the
+allowed children are found by binary search instead of trying each.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from halter.grammar.parser_state import Node, StateSpace
+    from halter.grammar.trie import TokenTrie
+
+# a start state allowing at least this many bytes, below nodes with this many children, walks with numpy
+WIDE_LIVE_BYTES = 48
+WIDE_CHILDREN = 512
+MAX_START_NODES = 64
+
+
+class NarrowWalker:
+    """Depth-first subtree walks for one (state space, trie) pair; caches the per-state allowed bytes."""
+
+    def __init__(self, space: "StateSpace", trie: "TokenTrie") -> None:
+        self.space = space
+        self.class_of = list(space.class_of)
+        a = space.a
+        by_class: list[list[int]] = [[] for _ in range(a.n_classes)]
+        for b, c in enumerate(self.class_of):
+            by_class[c].append(b)
+        self.bytes_of_class = by_class
+        self._pos_bytes: dict[int, tuple[int, ...]] = {}
+        self._live: dict[int, tuple[int, ...]] = {}
+        self.child_lo = memoryview(trie.child_lo).cast("B").cast("q")
+        self.child_hi = memoryview(trie.child_hi).cast("B").cast("q")
+        self.node_row = memoryview(trie.node_row).cast("B").cast("q")
+        self.byte = memoryview(trie.byte).cast("B")
+
+    def _position_bytes(self, d: int) -> tuple[int, ...]:
+        live = self._pos_bytes.get(d)
+        if live is None:
+            by_class = self.bytes_of_class
+            live = tuple(sorted(b for c, t in enumerate(self.space.a.byte_next[d]) if t >= 0 for b in by_class[c]))
+            self._pos_bytes[d] = live
+        return live
+
+    def live_bytes(self, node: "Node") -> tuple[int, ...]:
+        """The bytes some item of ``node`` can read next (from the rule automata alone: no closures)."""
+        live = self._live.get(node.id)
+        if live is None:
+            scan = node.scan
+            if len(scan) == 1:
+                live = self._position_bytes(scan[0][0])
+            else:
+                live = tuple(sorted(set().union(*(self._position_bytes(d) for d, _ in scan))))
+            self._live[node.id] = live
+        return live
+
+    def is_narrow(self, start: "Node", nodes: list[int]) -> bool:
+        """Should a walk from ``start`` below trie ``nodes`` go depth-first (rather than with numpy)?"""
+        if len(nodes) > MAX_START_NODES:
+            return False
+        if len(self.live_bytes(start)) < WIDE_LIVE_BYTES:
+            return True
+        lo, hi = self.child_lo, self.child_hi
+        n_children = sum(hi[n] - lo[n] for n in nodes)
+        return n_children < WIDE_CHILDREN
+
+    def walk(self, start: "Node", nodes, want_escapes: bool) -> tuple[list[int], list[int]]:
+        """(rows below ``nodes`` readable from ``start``, escape points met), like ``walk_subtrees``."""
+        step_class = self.space.step_class
+        class_of, child_lo, child_hi = self.class_of, self.child_lo, self.child_hi
+        node_row, byte = self.node_row, self.byte
+        found: list[int] = []
+        escapes: list[int] = []
+        stack = [(n, start) for n in nodes]
+        while stack:
+            n, state = stack.pop()
+            lo, hi = child_lo[n], child_hi[n]
+            if hi - lo > 8:
+                live = self.live_bytes(state)
+                if len(live) * 4 < hi - lo:          # few allowed bytes: find them by bisection
+                    kids = []
+                    for b in live:
+                        k = bisect_left(byte, b, lo, hi)
+                        if k < hi and byte[k] == b:
+                            kids.append(k)
+                else:
+                    kids = range(lo, hi)
+            else:
+                kids = range(lo, hi)
+            nexts = state.next
+            for k in kids:
+                c = class_of[byte[k]]
+                nxt = nexts[c]
+                if nxt is None:
+                    nxt = step_class(state, c)
+                if nxt.id == 0:
+                    continue
+                r = node_row[k]
+                if r >= 0:
+                    found.append(r)
+                if child_hi[k] > child_lo[k]:
+                    if want_escapes and nxt.escaped:
+                        escapes.append(k)
+                    stack.append((k, nxt))
+        return found, escapes
