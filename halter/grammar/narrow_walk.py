@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from halter.grammar.parser_state import Node, StateSpace
     from halter.grammar.trie import TokenTrie
 
-# a start state allowing at least this many bytes, below nodes with this many children, walks with numpy
+# a start state allowing at least this many bytes, above this many tokens below its nodes, walks with numpy
 WIDE_LIVE_BYTES = 48
-WIDE_CHILDREN = 512
+WIDE_ROWS = 256
 MAX_START_NODES = 64
 
 
@@ -40,6 +40,8 @@ class NarrowWalker:
         self.child_lo = memoryview(trie.child_lo).cast("B").cast("q")
         self.child_hi = memoryview(trie.child_hi).cast("B").cast("q")
         self.node_row = memoryview(trie.node_row).cast("B").cast("q")
+        self.row_lo = memoryview(trie.row_lo).cast("B").cast("q")
+        self.row_hi = memoryview(trie.row_hi).cast("B").cast("q")
         self.byte = memoryview(trie.byte).cast("B")
 
     def _position_bytes(self, d: int) -> tuple[int, ...]:
@@ -63,14 +65,17 @@ class NarrowWalker:
         return live
 
     def is_narrow(self, start: "Node", nodes: list[int]) -> bool:
-        """Should a walk from ``start`` below trie ``nodes`` go depth-first (rather than with numpy)?"""
+        """Should a walk from ``start`` below trie ``nodes`` go depth-first (rather than with numpy)?
+
+        Yes when ``start`` allows few bytes (the walk dies within a few nodes), or when the subtrees
+        hold few tokens (the rows below a node are one contiguous range) whatever it allows.
+        """
         if len(nodes) > MAX_START_NODES:
             return False
         if len(self.live_bytes(start)) < WIDE_LIVE_BYTES:
             return True
-        lo, hi = self.child_lo, self.child_hi
-        n_children = sum(hi[n] - lo[n] for n in nodes)
-        return n_children < WIDE_CHILDREN
+        lo, hi = self.row_lo, self.row_hi
+        return sum(hi[n] - lo[n] for n in nodes) < WIDE_ROWS
 
     def walk(self, start: "Node", nodes, want_escapes: bool) -> tuple[list[int], list[int]]:
         """(rows below ``nodes`` readable from ``start``, escape points met), like ``walk_subtrees``."""
