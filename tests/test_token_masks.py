@@ -179,7 +179,7 @@ def test_forced_bytes(synth):
 def test_compile_cache_round_trip(synth, tmp_path):
     g = Grammar.from_gbnf(GRAMMARS["json"])
     cold = g.compile(synth)
-    warm = g.compile(synth)
+    warm = Grammar.from_gbnf(GRAMMARS["json"]).compile(synth)        # another process would do this
     assert warm.from_cache and not cold.from_cache
     assert (warm.acc_bits == cold.acc_bits).all()
     path = tmp_path / "tables.npz"
@@ -189,6 +189,20 @@ def test_compile_cache_round_trip(synth, tmp_path):
     other = Grammar.from_gbnf('root ::= "a"')
     with pytest.raises(Exception, match="does not hold tables"):
         CompiledGrammar.load(path, other, synth)
+
+
+def test_compiled_grammar_is_reused_in_process(synth):
+    """Compiling the same grammar again (a second generation) keeps the masks computed so far."""
+    g = Grammar.from_gbnf(GRAMMARS["nested-optional"])
+    first = g.compile(synth)
+    m = first.matcher()
+    m.allowed_mask()
+    assert first._mask_memo
+    again = g.compile(synth)
+    assert again is first and again._mask_memo
+    fresh = g.compile(synth, cache=False)
+    assert fresh is not first and not fresh._mask_memo
+    assert (fresh.matcher().allowed_mask() == m.allowed_mask()).all()
 
 
 # -- real vocabularies ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ request; ``generate_batch`` maps a list of requests onto it.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
@@ -163,6 +164,13 @@ def _make_sampler(model: "Model", req: Request) -> Any:
     return CommonSampler(chain, _make_matcher(model, req.grammar))
 
 
+@functools.lru_cache(maxsize=32)
+def _grammar_from_text(text: str) -> Any:
+    """The same ``Grammar`` for the same GBNF text, so that its compiled masks carry over between calls."""
+    from halter.grammar import Grammar
+    return Grammar.from_gbnf(text)
+
+
 def _make_matcher(model: "Model", grammar: Any) -> Any:
     """A ``TokenMatcher`` from GBNF text, a ``Grammar``, a ``CompiledGrammar`` or a matcher (copied)."""
     if grammar is None:
@@ -170,8 +178,7 @@ def _make_matcher(model: "Model", grammar: Any) -> Any:
     if hasattr(grammar, "fill_bitmask"):
         return grammar.copy() if hasattr(grammar, "copy") else grammar
     if isinstance(grammar, str):
-        from halter.grammar import Grammar
-        grammar = Grammar.from_gbnf(grammar)
+        grammar = _grammar_from_text(grammar)
     if hasattr(grammar, "compile"):
         grammar = grammar.compile(model.vocab)
     return grammar.matcher()

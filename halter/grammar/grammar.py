@@ -120,13 +120,26 @@ class Grammar:
         return m.accept_bytes(data) and m.is_accepting()
 
     def compile(self, vocab: "Vocabulary", *, cache: bool = True, progress: bool | None = None) -> "CompiledGrammar":
-        """Precompute token masks for ``vocab``; cached on disk by grammar and vocabulary."""
+        """Precompute token masks for ``vocab``; cached on disk by grammar and vocabulary.
+
+        With ``cache`` (the default) a second call for the same vocabulary returns the same
+        ``CompiledGrammar``, so masks computed at run time by earlier generations are reused
+        (matchers are independent; the compiled grammar only memoises). ``cache=False`` builds
+        afresh and touches neither cache.
+        """
         from halter.grammar.compiled import compile_grammar
         from halter.grammar.vocab import Vocabulary
         if not isinstance(vocab, Vocabulary):
             raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
                             "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
-        return compile_grammar(self, vocab, cache=cache, progress=progress)
+        if not cache:
+            return compile_grammar(self, vocab, cache=False, progress=progress)
+        per_vocab = self.__dict__.setdefault("_compiled", {})
+        key = vocab.fingerprint()
+        cg = per_vocab.get(key)
+        if cg is None:
+            cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
+        return cg
 
     # -- presentation ------------------------------------------------------------------------
     def __str__(self) -> str:
