@@ -179,6 +179,25 @@ def test_grammar_end_is_its_own_finish_reason_and_the_matcher_comes_back(model: 
     assert plain.matcher is None
 
 
+def test_cpu_builds_a_mask_only_when_the_sampled_token_is_rejected(model: Model, monkeypatch) -> None:
+    """On the CPU nothing overlaps the forward pass, so resample-on-reject checks the chain's token
+    alone (llama.cpp's common sampler); grammar-first masks every step. Both count as grammar time."""
+    from halter.grammar.token_matcher import TokenMatcher
+    calls = []
+    for name in ("fill_bitmask", "allowed_mask"):
+        original = getattr(TokenMatcher, name)
+        monkeypatch.setattr(TokenMatcher, name,
+                            lambda self, *a, _o=original, _n=name, **k: (calls.append(_n), _o(self, *a, **k))[1])
+    grammar = 'root ::= "a" [a-z]*'
+    res = model.generate(PROMPT, max_tokens=3, sampler=Script([97, 98, 99]), grammar=grammar)
+    assert res.text == "abc" and calls == [] and res.timings.mask_ms > 0
+    res = model.generate(PROMPT, max_tokens=3, sampler=Script([97, 65, 98, 99]), grammar=grammar)
+    assert res.text == "abc" and len(calls) == 1           # "A" was rejected: one mask, then resampled
+    calls.clear()
+    res = model.generate(PROMPT, max_tokens=3, sampler=Script([97, 98, 99]), grammar=grammar, grammar_first=True)
+    assert res.text == "abc" and len(calls) == 3
+
+
 def test_batch_of_requests_equals_single_runs(model: Model) -> None:
     from halter.engine.generation import Request
 

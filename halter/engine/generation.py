@@ -5,7 +5,8 @@ and seed; each occupies one cache sequence (two with classifier-free guidance: t
 is its second sequence). Prompts are evaluated in chunks of ``n_batch``; then every step
 
 1. the forward pass for the tokens just sampled has been launched (asynchronous on CUDA);
-2. the CPU computes every grammar row's next-token bitmask meanwhile;
+2. on CUDA, the CPU computes every grammar row's next-token bitmask meanwhile (on the CPU the
+   sampler builds a mask only when it needs one: grammar-first, or a rejected token);
 3. the logits are read (the one device -> host synchronisation per step), combined with the
    guidance row if any, and each row is sampled by its ``CommonSampler`` (grammar-first or
    resample-on-reject, with the bitmask from step 2), accepted, and checked for an end;
@@ -275,16 +276,20 @@ def _decode(model: "Model", rows: list[_Row]) -> Iterator[tuple[int, str]]:
         r.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
         r.done = r.max_tokens == 0
     logits_dev = torch.stack(logits)
-    bitmask = allocate_bitmask(len(rows), n_text) if any(r.matcher is not None for r in rows) else None
+    overlap = dev.type == "cuda"
+    bitmask = allocate_bitmask(len(rows), n_text) if overlap and any(r.matcher is not None for r in rows) else None
     t_loop = time.perf_counter()
     while True:
         active = [i for i, r in enumerate(rows) if not r.done]
         if not active:
             break
-        # The forward pass for this step was launched already (async on CUDA): do CPU work now.
+        # The forward pass for this step was launched already (async on CUDA): compute the masks
+        # now, for free. On the CPU the pass has finished, so nothing is gained by computing a mask
+        # before sampling: the sampler checks the chosen token alone and builds a mask only when
+        # it needs one (grammar-first, or a rejected token), as llama.cpp's common sampler does.
         for i in active:
             r = rows[i]
-            if r.matcher is not None:
+            if r.matcher is not None and overlap:
                 t = time.perf_counter()
                 bitmask[i].fill(-1)
                 r.matcher.fill_bitmask(bitmask[i])
@@ -330,14 +335,18 @@ def _sample(r: _Row, host: np.ndarray, where: dict[tuple[int, int], int], i: int
         lg = neg - np.logaddexp.reduce(neg)
         row = r.cfg_scale * (lp - lg) + lg
     row = np.ascontiguousarray(row, dtype=np.float32)
-    mask = bitmask[i] if r.matcher is not None else None
+    mask = bitmask[i] if r.matcher is not None and bitmask is not None else None
+    grammar = r.sampler.grammar
+    in_grammar = grammar.seconds if grammar is not None else 0.0
     try:
         token = int(r.sampler.sample(row, r.grammar_first, bitmask=mask))
         r.sampler.accept(token)
     except NoValidTokenError as exc:
         raise NoValidTokenError(f"{exc}; after {len(r.tokens)} generated tokens: "
                                 f"{bytes(r.out)[-40:]!r}") from exc
-    r.timings.sample_ms += (time.perf_counter() - t) * 1e3
+    grammar_ms = ((grammar.seconds - in_grammar) * 1e3) if grammar is not None else 0.0
+    r.timings.mask_ms += grammar_ms
+    r.timings.sample_ms += (time.perf_counter() - t) * 1e3 - grammar_ms
     return token
 
 

@@ -15,7 +15,8 @@ FINISH_REASONS: tuple[str, ...] = ("stop", "grammar", "length", "stop_string")
 
 @dataclass
 class Timings:
-    """Milliseconds spent per phase; ``mask_ms`` is the grammar's share of the decode loop."""
+    """Milliseconds spent per phase; ``mask_ms`` is the grammar's share of the decode loop (masks,
+    checks of a sampled token, accepting tokens), ``sample_ms`` the rest of sampling."""
 
     prompt_tokens: int = 0
     prompt_ms: float = 0.0

@@ -8,6 +8,7 @@ are never allowed.
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import numpy as np
@@ -40,8 +41,16 @@ class GrammarSampler(Sampler):
         self.matcher = as_matcher(grammar)
         self.vocab_size = int(self.matcher.vocab_size)
         self._bitmask = allocate_bitmask(None, self.vocab_size) if hasattr(self.matcher, "fill_bitmask") else None
+        self.seconds = 0.0          # time spent in the matcher (masks, checks, accepts), for timings
 
     def apply(self, c: Candidates) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._apply(c)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _apply(self, c: Candidates) -> None:
         if c.size == 1:
             tok = int(c.ids[0])
             if not (tok < self.vocab_size and self.matcher.is_allowed(tok)):
@@ -64,11 +73,17 @@ class GrammarSampler(Sampler):
 
     def is_allowed(self, token: int) -> bool:
         token = int(token)
-        return 0 <= token < self.vocab_size and bool(self.matcher.is_allowed(token))
+        t0 = time.perf_counter()
+        ok = 0 <= token < self.vocab_size and bool(self.matcher.is_allowed(token))
+        self.seconds += time.perf_counter() - t0
+        return ok
 
     def accept(self, token: int) -> None:
         token = int(token)
-        if not (0 <= token < self.vocab_size) or not self.matcher.accept_token(token):
+        t0 = time.perf_counter()
+        ok = 0 <= token < self.vocab_size and self.matcher.accept_token(token)
+        self.seconds += time.perf_counter() - t0
+        if not ok:
             raise NoValidTokenError(f"grammar sampler: token {token} is not allowed by the grammar here; "
                                     "only accept tokens the grammar sampler let through")
 
