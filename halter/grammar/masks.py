@@ -32,6 +32,7 @@ class TransitionTable:
         self.table[0] = 0
         self.escaped = np.zeros(1024, dtype=bool)
         self.class_of = np.asarray(space.class_of, dtype=np.int64)
+        self._dead: dict[int, np.ndarray] = {}         # position -> classes it cannot read
 
     def reserve(self, n: int) -> None:
         """Make room for state ids below ``n`` now, so that decoding does not pause to copy the table."""
@@ -50,8 +51,25 @@ class TransitionTable:
         self.table, self.escaped = t, e
 
     def register(self, node: Node) -> None:
+        """Make room for ``node`` and fill in, at once, the byte classes none of its items can read
+        (most of them): walks then only ever compute the transitions that lead somewhere."""
         self._grow(node.id)
         self.escaped[node.id] = node.escaped
+        row = self.table[node.id]
+        if row[0] == -1 and (row == -1).all():
+            scan = node.scan
+            if not scan:
+                row[:] = 0
+            elif len(scan) == 1:
+                row[self._position_dead(scan[0][0])] = 0
+            else:
+                row[np.logical_and.reduce([self._position_dead(d) for d, _ in scan])] = 0
+
+    def _position_dead(self, d: int) -> np.ndarray:
+        dead = self._dead.get(d)
+        if dead is None:
+            dead = self._dead[d] = np.asarray(self.space.a.byte_next[d]) < 0
+        return dead
 
     def step(self, states: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """Next state for each (state, class) pair, computing unknown transitions on the way."""
