@@ -11,7 +11,9 @@ The mask of a parser state is the OR, over its items ``(position d, context c)``
 ``(d', c')`` of ``E``, the rows below ``N`` whose rest stays inside ``d'``'s rule depend only on
 ``(N, d')`` — a walk from the opaque node of ``d'``, memoised for good — and only the rows that
 escape ``d'``'s rule again are carried on to ``ret(c')``. Contexts change with every nesting level;
-positions repeat, so after a short warm-up a new state costs a few ORs of packed words.
+positions repeat, so after a short warm-up a new state costs a few ORs of packed words. The walks
+themselves go depth-first in Python when the continuation allows few bytes (``narrow_walk.py``,
+the usual case below a key's closing quote) and level by level with numpy otherwise.
 """
 from __future__ import annotations
 
