@@ -75,6 +75,7 @@ class StateSpace:
         self.class_of = automata.class_of
         self._ret_nodes: dict[int, Node] = {}
         self._opaque_nodes: dict[int, Node] = {}
+        self._single: dict[tuple[int, int], Node] = {}     # (position, context id) -> its closure
         self.initial = self.closure([(automata.start[automata.root], self.bottom)])
 
     # -- interning ---------------------------------------------------------------------------
@@ -211,7 +212,13 @@ class StateSpace:
                 t = byte_next[d][cls]
                 if t >= 0:
                     kernel.append((t, c))
-            nxt = self.closure(kernel) if kernel else self.dead
+            if len(kernel) == 1:             # most steps: one item moves on; many states share it
+                key = (kernel[0][0], kernel[0][1].id)
+                nxt = self._single.get(key)
+                if nxt is None:
+                    nxt = self._single[key] = self.closure(kernel)
+            else:
+                nxt = self.closure(kernel) if kernel else self.dead
             node.next[cls] = nxt
         return nxt
 
