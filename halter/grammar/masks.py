@@ -33,6 +33,9 @@ class TransitionTable:
         self.escaped = np.zeros(1024, dtype=bool)
         self.class_of = np.asarray(space.class_of, dtype=np.int64)
         self._dead: dict[int, np.ndarray] = {}         # position -> classes it cannot read
+        self.single_pos = np.full(1024, -1, dtype=np.int64)   # state -> its one position, caller unknown
+        self._registered = bytearray(1024)            # state -> its row has been set up
+        self._next_pos: np.ndarray | None = None       # byte_next as an array, built when first needed
 
     def reserve(self, n: int) -> None:
         """Make room for state ids below ``n`` now, so that decoding does not pause to copy the table."""
@@ -48,20 +51,30 @@ class TransitionTable:
         t[:len(self.table)] = self.table
         e = np.zeros(cap, dtype=bool)
         e[:len(self.escaped)] = self.escaped
-        self.table, self.escaped = t, e
+        sp = np.full(cap, -1, dtype=np.int64)
+        sp[:len(self.single_pos)] = self.single_pos
+        self.table, self.escaped, self.single_pos = t, e, sp
+        self._registered.extend(bytes(cap - len(self._registered)))
 
     def register(self, node: Node) -> None:
         """Make room for ``node`` and fill in, at once, the byte classes none of its items can read
         (most of them): walks then only ever compute the transitions that lead somewhere."""
-        self._grow(node.id)
-        self.escaped[node.id] = node.escaped
-        row = self.table[node.id]
-        if row[0] == -1 and (row == -1).all():
+        nid = node.id
+        if nid < len(self._registered) and self._registered[nid]:
+            return
+        self._grow(nid)
+        self._registered[nid] = 1
+        self.escaped[nid] = node.escaped
+        row = self.table[nid]
+        if nid != 0:
             scan = node.scan
             if not scan:
                 row[:] = 0
             elif len(scan) == 1:
-                row[self._position_dead(scan[0][0])] = 0
+                d, ctx = scan[0]
+                row[self._position_dead(d)] = 0
+                if ctx is self.space.opaque:
+                    self.single_pos[nid] = d
             else:
                 row[np.logical_and.reduce([self._position_dead(d) for d, _ in scan])] = 0
 
@@ -72,13 +85,29 @@ class TransitionTable:
         return dead
 
     def step(self, states: np.ndarray, classes: np.ndarray) -> np.ndarray:
-        """Next state for each (state, class) pair, computing unknown transitions on the way."""
+        """Next state for each (state, class) pair, computing unknown transitions on the way.
+
+        A state that is one position with an unknown caller (most states of the compile-time
+        walks) steps to the opaque node of the next position: those are looked up together, and
+        only positions met for the first time build a node.
+        """
         nxt = self.table[states, classes]
         unknown = nxt < 0
         if unknown.any():
-            pairs = np.unique(states[unknown].astype(np.int64) * self.n_classes + classes[unknown])
+            us, uc = states[unknown], classes[unknown]
+            pos = self.single_pos[us]
+            single = pos >= 0
+            if single.any():
+                if self._next_pos is None:
+                    self._next_pos = np.asarray(self.space.a.byte_next, dtype=np.int32)
+                target = self._next_pos[pos[single], uc[single]]      # >= 0: dead classes are filled
+                ids = self.space.opaque_ids[target]
+                for t in np.unique(target[ids < 0]).tolist():
+                    self.register(self.space.opaque_node(t))
+                self.table[us[single], uc[single]] = self.space.opaque_ids[target]
+                us, uc = us[~single], uc[~single]
             nodes = self.space.nodes
-            for p in pairs.tolist():
+            for p in np.unique(us.astype(np.int64) * self.n_classes + uc).tolist():
                 s, c = divmod(p, self.n_classes)
                 node = self.space.step_class(nodes[s], c)
                 self.register(node)

@@ -14,6 +14,8 @@ stack). Nodes are interned too, so a node is its own canonical key and transitio
 """
 from __future__ import annotations
 
+import numpy as np
+
 from halter.grammar.automaton import RuleAutomata
 
 
@@ -76,6 +78,7 @@ class StateSpace:
         self._ret_nodes: dict[int, Node] = {}
         self._opaque_nodes: dict[int, Node] = {}
         self._single: dict[tuple[int, int], Node] = {}     # (position, context id) -> its closure
+        self.opaque_ids = np.full(automata.n_positions, -1, dtype=np.int32)   # position -> opaque node id
         self.initial = self.closure([(automata.start[automata.root], self.bottom)])
 
     # -- interning ---------------------------------------------------------------------------
@@ -213,10 +216,14 @@ class StateSpace:
                 if t >= 0:
                     kernel.append((t, c))
             if len(kernel) == 1:             # most steps: one item moves on; many states share it
-                key = (kernel[0][0], kernel[0][1].id)
-                nxt = self._single.get(key)
-                if nxt is None:
-                    nxt = self._single[key] = self.closure(kernel)
+                t, c = kernel[0]
+                if c is self.opaque:
+                    nxt = self.opaque_node(t)
+                else:
+                    key = (t, c.id)
+                    nxt = self._single.get(key)
+                    if nxt is None:
+                        nxt = self._single[key] = self.closure(kernel)
             else:
                 nxt = self.closure(kernel) if kernel else self.dead
             node.next[cls] = nxt
@@ -246,6 +253,7 @@ class StateSpace:
         node = self._opaque_nodes.get(position)
         if node is None:
             node = self._opaque_nodes[position] = self.closure([(position, self.opaque)])
+            self.opaque_ids[position] = node.id
         return node
 
     def return_node(self, ctx: Ctx) -> Node:
