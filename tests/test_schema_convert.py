@@ -187,3 +187,18 @@ def test_integer_valued_float_counts_are_counts():
     """JSON Schema counts may be written as 1.0 (an integer by the spec's number model)."""
     g = Grammar.from_json_schema({"maxProperties": 1.0, "minItems": 0.0})
     assert g.matches("{}") and g.matches('{"a": 1}') and not g.matches('{"a": 1, "b": 2}')
+
+
+@pytest.mark.parametrize("never", [False, {"type": "string", "minLength": 3, "maxLength": 2},
+                                   {"allOf": [{"type": "string"}, {"type": "integer"}]}])
+def test_gbnf_text_parses_when_a_referenced_schema_accepts_nothing(never):
+    """A definition no value satisfies becomes a rule that matches nothing; its GBNF text must still
+    parse (GBNF has no empty class ``[]``), and the optional property using it can only be left out."""
+    import warnings
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/never"}, "b": {"type": "integer"}},
+              "$defs": {"never": never}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
+    assert g.matches('{"b": 1}') and g.matches("{}")
+    assert not g.matches('{"a": 1}') and not g.matches('{"a": "xyz"}')

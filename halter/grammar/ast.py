@@ -178,6 +178,8 @@ def format_expr(expr: Expr, parent_prec: int = 0) -> str:
     if isinstance(expr, Literal):
         return '"' + "".join(_escape_char(ord(c), '"') for c in expr.text) + '"'
     if isinstance(expr, CharClass):
+        if not expr.ranges and not expr.negated:    # matches nothing: GBNF has no "[]", so negate all
+            return "[^\\x00-\\U0010FFFF]"
         body = []
         for lo, hi in expr.ranges:
             body.append(_escape_char(lo, "]-^["))
