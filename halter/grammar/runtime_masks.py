@@ -3,9 +3,12 @@
 The mask of a parser state is the OR, over its items ``(position d, context c)``, of
 
 * ``acc[d]``: tokens that stay inside ``d``'s rule (precomputed per position, ``compiled.py``);
-* if ``d``'s rule may end right here: the mask of the caller's continuation ``ret(c)``;
 * the tokens below ``d``'s *escape points* (trie nodes where the rule ends mid-token) whose rest
   can be read from ``ret(c)``: ``suffix_bits(N, ret(c))`` for that set of trie nodes ``N``.
+
+(If ``d``'s rule may end right here, the caller's continuation is allowed too; but a state is an
+Earley closure, so it already holds those items — completion put them there — and they bring their
+own tokens.)
 
 ``suffix_bits(N, E)`` is split the same way, which is what keeps cold states cheap: for each item
 ``(d', c')`` of ``E``, the rows below ``N`` whose rest stays inside ``d'``'s rule depend only on
@@ -95,28 +98,27 @@ class MaskAssembler:
     def _escape_positions(self) -> list[bool]:
         """Per position: can its rule end within a token (so its callers' continuation matters)?"""
         cg = self.cg
-        esc = (cg.esc_start[1:] > cg.esc_start[:-1]).tolist()
-        self._has_escape = [e or acc for e, acc in zip(esc, self.space.a.accepting)]
+        self._has_escape = (cg.esc_start[1:] > cg.esc_start[:-1]).tolist()
         return self._has_escape
 
     # -- escapes -----------------------------------------------------------------------------
     def _escape_bits(self, d: int, ctx) -> np.ndarray:
+        """Tokens that end ``d``'s rule mid-token and go on in the caller ``ctx`` returns to.
+
+        When the rule may end right here (``d`` accepting), the caller's whole continuation is
+        allowed too — but a node is an Earley closure: it already holds the items ``ctx`` returns
+        to (completion added them), so their tokens come from those items and are not added again.
+        """
         key = (d, ctx.id)
         bits = self._esc_memo.get(key)
         if bits is not None:
             return bits
-        ret = self.space.return_node(ctx)
-        parts = []
-        if ret.id != 0:
-            if self.space.a.accepting[d]:
-                if ret.id in self._in_progress:
-                    self._tainted = True             # a cycle: its share arrives through the outer call
-                else:
-                    parts.append(self.node_bits(ret))
-            n_id = self._position_set(d)
-            if n_id >= 0:
-                parts.append(self._suffix_bits(n_id, ret))
-        bits = self._or(parts)
+        bits = self.zeros
+        n_id = self._position_set(d)
+        if n_id >= 0:
+            ret = self.space.return_node(ctx)
+            if ret.id != 0:
+                bits = self._suffix_bits(n_id, ret)
         if not self._tainted:
             self._esc_memo[key] = bits
         return bits
