@@ -1,12 +1,16 @@
-"""Shared check for schema tests: jsonschema's verdict and the grammar's agree on every instance."""
+"""Shared checks for schema tests: jsonschema's verdict and the grammar's agree on every instance;
+random texts drawn from a schema's grammar."""
 from __future__ import annotations
 
 import json
-from typing import Any
+import random
+from typing import Any, Iterator
 
 import jsonschema
 
 from halter.grammar import Grammar
+from halter.grammar.random_text import random_text
+from halter.schemas import schema_to_rules
 
 
 def assert_grammar_agrees(schema: dict, instances: list[tuple[Any, bool]],
@@ -20,3 +24,12 @@ def assert_grammar_agrees(schema: dict, instances: list[tuple[Any, bool]],
         assert validator.is_valid(instance) == valid, f"test data: {instance!r} under {schema}"
         for text in (json.dumps(instance), json.dumps(instance, separators=(",", ":"))):
             assert g.matches(text) == valid, f"{text} under {json.dumps(schema)}"
+
+
+def random_texts(schema: dict, n: int, seed: int, **options: Any) -> Iterator[str]:
+    """``n`` texts drawn from the grammar of ``schema`` (``schema_to_rules(schema, **options)``) by
+    walks choosing random alternatives, reproducibly from ``seed``."""
+    rules = schema_to_rules(schema, **options)
+    rng = random.Random(seed)
+    for _ in range(n):
+        yield random_text(rules, "root", rng)

@@ -3,7 +3,6 @@ hand-written invalid instances (one per keyword) are rejected, in default and co
 from __future__ import annotations
 
 import json
-import random
 import re
 
 import jsonschema
@@ -11,8 +10,8 @@ import pytest
 
 from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar import Grammar
-from halter.grammar.random_text import random_text
-from halter.schemas import SchemaWarning, json_schema_to_gbnf, schema_to_rules
+from halter.schemas import SchemaWarning, json_schema_to_gbnf
+from tests.schema_checks import random_texts
 
 # (schema, valid instances, invalid instances)
 CASES = [
@@ -99,11 +98,8 @@ def test_schema_grammar_agrees_with_jsonschema(schema, valid, invalid):
 
 @pytest.mark.parametrize("schema", [c[0] for c in CASES], ids=[json.dumps(c[0])[:50] for c in CASES])
 def test_random_instances_from_the_grammar_validate(schema):
-    rules = schema_to_rules(schema)
     validator = _validator(schema)
-    rng = random.Random(1234)
-    for _ in range(25):
-        text = random_text(rules, "root", rng)
+    for text in random_texts(schema, 25, seed=1234):
         value = json.loads(text)
         if re.search(r"[0-9]{2}:[0-9]{2}:60", text):   # RFC 3339 leap second (23:59:60 UTC, any
             continue                                    # offset): valid, python-jsonschema says no

@@ -3,7 +3,6 @@ keywords merged across ``allOf``, ``uniqueItems`` over small value sets, escaped
 from __future__ import annotations
 
 import json
-import random
 import warnings
 from decimal import Decimal
 
@@ -11,8 +10,8 @@ import jsonschema
 import pytest
 
 from halter.grammar import Grammar
-from halter.grammar.random_text import random_text
-from halter.schemas import SchemaWarning, json_schema_to_gbnf, schema_to_rules
+from halter.schemas import SchemaWarning, json_schema_to_gbnf
+from tests.schema_checks import random_texts
 
 D7 = "http://json-schema.org/draft-07/schema#"
 
@@ -73,10 +72,7 @@ def test_grammar_agrees_with_jsonschema(schema, valid, invalid):
 @pytest.mark.parametrize("schema", [c[0] for c in CASES], ids=[json.dumps(c[0])[:40] for c in CASES])
 def test_random_instances_are_valid(schema):
     validator = jsonschema.validators.validator_for(schema)(schema)
-    rules = schema_to_rules(schema, strict=True)
-    rng = random.Random(5)
-    for _ in range(30):
-        text = random_text(rules, "root", rng)
+    for text in random_texts(schema, 30, seed=5, strict=True):
         assert validator.is_valid(json.loads(text)), text
 
 
@@ -155,10 +151,7 @@ def test_overlapping_object_branches_are_still_reported():
 @pytest.mark.parametrize("schema", [c[0] for c in ONE_OF], ids=[json.dumps(c[0])[:40] for c in ONE_OF])
 def test_random_instances_of_exact_one_of_are_valid(schema):
     validator = jsonschema.Draft202012Validator(schema)
-    rules = schema_to_rules(schema, strict=True)
-    rng = random.Random(11)
-    for _ in range(30):
-        text = random_text(rules, "root", rng)
+    for text in random_texts(schema, 30, seed=11, strict=True):
         # "3E-9731" is above 0 although it underflows a float: exact decimals then
         assert validator.is_valid(json.loads(text)) or validator.is_valid(json.loads(text, parse_float=Decimal)), text
 

@@ -15,6 +15,7 @@ from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar import Grammar
 from halter.schemas import SchemaWarning, json_schema_to_gbnf
 from halter.schemas.logic import negate
+from tests.schema_checks import random_texts
 
 CANDIDATES = [None, True, False, 0, 1, -3, 2.5, 10, "", "a", "b", "abc", "hello", [], [1], ["a", 2],
               [1, 2, 3], ["x", "y"], {}, {"a": 1}, {"a": "x"}, {"a": 1, "b": 2}, {"b": 2}, {"c": 3},
@@ -188,13 +189,6 @@ def test_max_contains_counts_matches_among_non_matches(schema):
     {"type": "array", "contains": {"const": 1}, "minContains": 1, "maxContains": 2},
 ], ids=lambda s: json.dumps(s)[:60])
 def test_random_texts_of_rewritten_grammars_are_valid(schema):
-    import random
-
-    from halter.grammar.random_text import random_text
-    from halter.schemas import schema_to_rules
-    rules = schema_to_rules(schema, strict=True)
     validator = jsonschema.Draft202012Validator(schema)
-    rng = random.Random(7)
-    for _ in range(30):
-        text = random_text(rules, "root", rng)
+    for text in random_texts(schema, 30, seed=7, strict=True):
         assert validator.is_valid(json.loads(text)), text
