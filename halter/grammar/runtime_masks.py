@@ -46,7 +46,7 @@ class MaskAssembler:
         self._node_sets: list[np.ndarray] = []
         self._node_set_ids: dict[bytes, int] = {}
         self._position_sets: dict[int, int] = {}
-        self._in_progress: set = set()
+        self._in_progress: set = set()              # suffix keys being computed
         self._tainted = False
         self._narrow = NarrowWalker(cg.space, cg.trie)
         self._has_escape: list[bool] | None = None
@@ -56,18 +56,9 @@ class MaskAssembler:
     def node_bits(self, node: Node) -> np.ndarray:
         """The packed mask (uint32 words) of tokens allowed from ``node``."""
         bits = self.node_memo.get(node.id)
-        if bits is not None:
-            return bits
-        outer = not self._in_progress
-        if outer:
-            self._tainted = False
-        self._in_progress.add(node.id)
-        try:
-            bits = self._compute(node)
-        finally:
-            self._in_progress.discard(node.id)
-        if outer or not self._tainted:
-            self.node_memo[node.id] = bits
+        if bits is None:
+            self._tainted = False           # set by a cycle among suffixes: their parts are not memoised
+            bits = self.node_memo[node.id] = self._compute(node)
         return bits
 
     def _compute(self, node: Node) -> np.ndarray:
