@@ -12,6 +12,7 @@ from halter.grammar.parser_state import StateSpace
 
 if TYPE_CHECKING:
     from halter.grammar.compiled import CompiledGrammar
+    from halter.grammar.text_check import TextCheck
     from halter.grammar.vocab import Vocabulary
 
 
@@ -23,8 +24,9 @@ class Grammar:
     """
 
     def __init__(self, rules: dict[str, Expr], root: str = "root", *, _text: str | None = None,
-                 _automata: RuleAutomata | None = None) -> None:
+                 _automata: RuleAutomata | None = None, _check: "TextCheck | None" = None) -> None:
         rs = RuleSet(dict(rules))
+        self.text_check: TextCheck | None = _check     # a condition beside the grammar (uniqueItems)
         check_references(rs, root, _text)
         self.rules: dict[str, Expr] = rs.rules
         self.root = root
@@ -59,31 +61,37 @@ class Grammar:
 
         The converter's syntax trees are used directly (no GBNF text round trip), and the built
         grammar is cached on disk by the schema's canonical JSON and the options; warnings the
-        converter raised are raised again on a cache hit.
+        converter raised are raised again on a cache hit. ``uniqueItems`` over open item sets (not
+        context-free) is enforced by a check that runs beside the grammar in both matchers and in
+        token masks (``grammar.text_check``); ``str(grammar)``, plain GBNF, cannot carry it.
         """
+        import copy
         import json
         import warnings
 
-        from halter.schemas import schema_to_rules
+        from halter.schemas.converter import _draft_of, schema_to_grammar_parts
+        from halter.schemas.unique_check import UniqueItemsCheck
         try:
-            key = "json-schema\0" + json.dumps([schema if not isinstance(schema, str) else json.loads(schema),
-                                                 options], sort_keys=True) + "\0" + _converter_version()
+            loaded = schema if not isinstance(schema, str) else json.loads(schema)
+            key = "json-schema\0" + json.dumps([loaded, options], sort_keys=True) + "\0" + _converter_version()
         except (TypeError, ValueError):
             key = None
         cached = _load_cached(key, "root") if key is not None else None
         if cached is not None:
-            rules, automata, caught = cached
+            rules, automata, (caught, checked) = cached
             for message, category in caught:
                 warnings.warn(message, category, stacklevel=2)
-            return cls(rules, "root", _automata=automata)
+            check = UniqueItemsCheck(copy.deepcopy(loaded), _draft_of(loaded)) if checked else None
+            return cls(rules, "root", _automata=automata, _check=check)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            rules = schema_to_rules(schema, **options)
+            rules, check = schema_to_grammar_parts(schema, **options)
         for w in caught:
             warnings.warn(w.message, w.category, stacklevel=2)
-        grammar = cls(rules, "root")
+        grammar = cls(rules, "root", _check=check)
         if key is not None:
-            _store_cached(key, "root", grammar, [(str(w.message), w.category) for w in caught], force=True)
+            _store_cached(key, "root", grammar, ([(str(w.message), w.category) for w in caught], check is not None),
+                          force=True)
         return grammar
 
     @classmethod
@@ -111,7 +119,7 @@ class Grammar:
             raise GrammarError("this grammar uses token references (<[id]>, <text>), which match tokens, "
                                "not text: compile it for a vocabulary (grammar.compile(vocab)) and use "
                                "the token matcher")
-        return GrammarMatcher(self._space)
+        return GrammarMatcher(self._space, check=self.text_check)
 
     def matches(self, text: str | bytes) -> bool:
         """True when the whole of ``text`` matches the root rule."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from halter.grammar.parser_state import Node, StateSpace
+from halter.grammar.text_check import CheckTracker, TextCheck
 
 
 class GrammarMatcher:
@@ -9,15 +10,19 @@ class GrammarMatcher:
 
     ``accept_bytes``/``accept_text`` are atomic: on ``False`` the state is exactly as before. Input is
     bytes at heart, so a UTF-8 character split across calls works, and invalid UTF-8 is rejected.
-    Copies are cheap (the state is one interned node plus a history list for ``rollback``).
+    Copies are cheap (the state is one interned node plus a history list for ``rollback``). A
+    grammar's ``TextCheck`` (e.g. JSON Schema's ``uniqueItems``) reads every accepted byte too, and
+    input it refuses is refused.
     """
 
-    __slots__ = ("_space", "_node", "_history")
+    __slots__ = ("_space", "_node", "_history", "_tracker", "_snaps")
 
-    def __init__(self, space: StateSpace, node: Node | None = None) -> None:
+    def __init__(self, space: StateSpace, node: Node | None = None, check: TextCheck | None = None) -> None:
         self._space = space
         self._node = space.initial if node is None else node
         self._history: list[Node] = []
+        self._tracker: CheckTracker | None = check.tracker() if check is not None else None
+        self._snaps: list = []
 
     def accept_bytes(self, data: bytes) -> bool:
         """Consume ``data``; return False (and change nothing) if the grammar cannot read it."""
@@ -27,6 +32,11 @@ class GrammarMatcher:
         if nxt.id == 0:
             return False
         if data:
+            if self._tracker is not None:
+                snap = self._tracker.snapshot()
+                if not self._tracker.feed(bytes(data)):
+                    return False
+                self._snaps.append(snap)
             self._history.append(self._node)
             self._node = nxt
         return True
@@ -49,26 +59,41 @@ class GrammarMatcher:
             raise ValueError(f"cannot roll back {n_calls} steps: only {len(self._history)} in history")
         for _ in range(n_calls):
             self._node = self._history.pop()
+        if self._tracker is not None and n_calls:
+            snap = self._snaps[-n_calls]
+            del self._snaps[-n_calls:]
+            self._tracker.restore(snap)
 
     def copy(self) -> "GrammarMatcher":
         m = GrammarMatcher(self._space, self._node)
         m._history = list(self._history)
+        if self._tracker is not None:
+            m._tracker, m._snaps = self._tracker.copy(), list(self._snaps)
         return m
 
     def reset(self) -> None:
         self._node = self._space.initial
         self._history.clear()
+        if self._tracker is not None:
+            self._tracker.restore(self._snaps[0] if self._snaps else self._tracker.snapshot())
+            self._snaps.clear()
 
     def first_failure(self, data: bytes) -> int | None:
         """Byte offset of the first byte of ``data`` the grammar rejects from here (None if all pass)."""
-        node = self._node
-        for i, b in enumerate(data):
-            node = self._space.step_byte(node, b)
-            if node.id == 0:
-                return i
-        return None
+        node, tracker = self._node, self._tracker
+        snap = tracker.snapshot() if tracker is not None else None
+        try:
+            for i, b in enumerate(data):
+                node = self._space.step_byte(node, b)
+                if node.id == 0 or (tracker is not None and not tracker.feed(bytes((b,)))):
+                    return i
+            return None
+        finally:
+            if tracker is not None:
+                tracker.restore(snap)
 
     @property
     def state_id(self) -> int:
-        """A canonical id of the current state: equal ids mean identical futures."""
+        """A canonical id of the grammar state: equal ids mean identical futures (a grammar's
+        ``TextCheck``, when it has one, is not part of it)."""
         return self._node.id

@@ -13,6 +13,7 @@ import numpy as np
 
 from halter.grammar.masks import unpack_bits
 from halter.grammar.parser_state import Node
+from halter.grammar.text_check import filter_token_bits
 
 if TYPE_CHECKING:
     from halter.grammar.compiled import CompiledGrammar
@@ -22,7 +23,9 @@ class TokenMatcher:
     """Tracks one sequence through a compiled grammar, one token at a time.
 
     End-of-generation tokens are allowed exactly when the grammar may end; accepting one finishes
-    the matcher. ``accept_token`` is atomic: a rejected token changes nothing.
+    the matcher. ``accept_token`` is atomic: a rejected token changes nothing. When the grammar
+    carries a ``TextCheck`` (JSON Schema's ``uniqueItems``), its tracker reads every accepted token
+    and masks leave out the tokens it would refuse.
     """
 
     def __init__(self, compiled: "CompiledGrammar") -> None:
@@ -30,7 +33,9 @@ class TokenMatcher:
         self._space = compiled.space
         self._node: Node = compiled.space.initial
         self._finished = False
-        self._history: list[tuple[Node, bool]] = []
+        self._history: list[tuple] = []     # (node, finished, tracker snapshot)
+        check = getattr(compiled.grammar, "text_check", None)
+        self._tracker = check.tracker() if check is not None else None
 
     @property
     def vocab_size(self) -> int:
@@ -44,7 +49,10 @@ class TokenMatcher:
     def _bits(self) -> np.ndarray:
         if self._finished:
             return self._cg.eog_bits
-        return self._cg.node_bits(self._node)
+        bits = self._cg.node_bits(self._node)
+        if self._tracker is not None:
+            bits = filter_token_bits(bits, self._tracker, self._cg)
+        return bits
 
     def fill_bitmask(self, out: np.ndarray, index: int = 0) -> None:
         """Write the allowed-token bitmask (int32 words, bit i of word j = token 32*j+i) into ``out``.
@@ -80,9 +88,21 @@ class TokenMatcher:
         if self._finished:
             return False
         bits = self._cg._mask_memo.get(self._node.id)
-        if bits is not None:
-            return bool((int(bits[token_id >> 5]) >> (token_id & 31)) & 1)
-        return self._next_node(token_id) is not None
+        if bits is not None and not (bits[token_id >> 5] >> (token_id & 31)) & 1:
+            return False
+        if bits is None and self._next_node(token_id) is None:
+            return False
+        return self._tracker_allows(token_id)
+
+    def _tracker_allows(self, token_id: int) -> bool:
+        tracker = self._tracker
+        if tracker is None or not self._cg.text_token[token_id]:
+            return True
+        snap = tracker.snapshot()
+        if not tracker.feed(self._cg.vocab.token_bytes[token_id]):
+            return False
+        tracker.restore(snap)
+        return True
 
     # -- advancing ---------------------------------------------------------------------------
     def _next_node(self, token_id: int):
@@ -118,7 +138,12 @@ class TokenMatcher:
         nxt = self._next_node(token_id)
         if nxt is None:
             return False
-        self._history.append((self._node, self._finished))
+        snap = None
+        if self._tracker is not None:
+            snap = self._tracker.snapshot()
+            if self._cg.text_token[token_id] and not self._tracker.feed(self._cg.vocab.token_bytes[token_id]):
+                return False
+        self._history.append((self._node, self._finished, snap))
         if nxt == "eog":
             self._finished = True
         else:
@@ -130,7 +155,12 @@ class TokenMatcher:
         n = self._space.step_bytes(self._node, data)
         if self._finished or n.id == 0:
             return False
-        self._history.append((self._node, self._finished))
+        snap = None
+        if self._tracker is not None:
+            snap = self._tracker.snapshot()
+            if not self._tracker.feed(bytes(data)):
+                return False
+        self._history.append((self._node, self._finished, snap))
         self._node = n
         return True
 
@@ -138,16 +168,22 @@ class TokenMatcher:
         """Undo the last ``n_tokens`` accepted tokens (or ``accept_bytes`` calls)."""
         if not 0 <= n_tokens <= len(self._history):
             raise ValueError(f"cannot roll back {n_tokens} tokens: only {len(self._history)} accepted")
+        snap = None
         for _ in range(n_tokens):
-            self._node, self._finished = self._history.pop()
+            self._node, self._finished, snap = self._history.pop()
+        if snap is not None:
+            self._tracker.restore(snap)
 
     def reset(self) -> None:
+        if self._history:
+            self.rollback(len(self._history))
         self._node, self._finished = self._space.initial, False
-        self._history.clear()
 
     def copy(self) -> "TokenMatcher":
         m = TokenMatcher(self._cg)
         m._node, m._finished, m._history = self._node, self._finished, list(self._history)
+        if self._tracker is not None:
+            m._tracker = self._tracker.copy()
         return m
 
     fork = copy

@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from halter.schemas.converter import Converter
 
 _OLD_ITEMS = ("draft4", "draft6", "draft7", "draft2019")
+_UNIQUE_WHY = {
+    False: "uniqueness of items is not context-free (a grammar enforces it only among items with a "
+           "few possible values; Grammar.from_json_schema checks it beside the grammar)",
+    True: "uniqueness of items is not context-free, and the check beside the grammar cannot always "
+          "tell which arrays need it here (anyOf/oneOf branches of overlapping types, or a keyword "
+          "such as if/then/else, not or dependentSchemas on the way); it checks the others",
+}
 
 
 def array_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | None:
@@ -38,8 +45,10 @@ def array_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | Non
     if s.get("uniqueItems") is True and not (hi is not None and hi <= 1):
         got = None if "contains" in s else unique_array(conv, prefix_schemas, rest_schema, lo, hi, ptr, base)
         if got is None or not got[1]:
-            conv.unsupported("uniqueItems", ptr, "uniqueness of items is not context-free (enforced only "
-                                                 "among items with a few possible values)")
+            if conv.unique_checked:
+                conv.needs_unique_check = True
+            if conv.unique_checked != "exact":
+                conv.unsupported("uniqueItems", ptr, _UNIQUE_WHY[conv.unique_checked is not None])
         if got is not None:
             return got[0]
     prefix = [conv.visit(p, f"{ptr}/{prefix_key}/{i}", base) for i, p in enumerate(prefix_schemas)]

@@ -49,9 +49,15 @@ def _draft_of(schema: Any) -> str:
 
 class Converter:
     def __init__(self, schema: Any, *, whitespace: str = "flexible", strict: bool = False,
-                 closed_objects: bool = False, prop_order: Sequence[str] | None = None) -> None:
+                 closed_objects: bool = False, prop_order: Sequence[str] | None = None,
+                 unique_checked: str | None = None) -> None:
         self.schema = copy.deepcopy(schema)
         self.strict = strict
+        # uniqueItems the grammar cannot enforce: None (nobody checks it), "exact" (the caller checks
+        # it beside the grammar, for every array the schema requires unique) or "partial" (checked,
+        # except where the check cannot tell that the schema requires it)
+        self.unique_checked = unique_checked
+        self.needs_unique_check = False
         self.closed_objects = closed_objects
         self.prop_order = list(prop_order) if prop_order else None
         self.draft = _draft_of(self.schema)
@@ -323,10 +329,33 @@ def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexibl
 
 def schema_to_rules(schema: dict | str | bool, **options: Any) -> dict[str, Expr]:
     """Like ``json_schema_to_gbnf`` but returns the rules as syntax trees."""
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"schema is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})", "#") from None
+    schema = _loaded(schema)
     _meta_validate(schema)
     return Converter(schema, **options).convert()
+
+
+def schema_to_grammar_parts(schema: dict | str | bool, **options: Any) -> tuple[dict[str, Expr], Any]:
+    """The rules, and the ``UniqueItemsCheck`` to run beside them (None when none is needed).
+
+    With the check, ``uniqueItems`` over open item sets is enforced (so strict mode accepts it)
+    wherever ``check_is_exact`` shows the check always knows which arrays need it.
+    """
+    from halter.schemas.instance_schemas import has_true_keyword
+    from halter.schemas.unique_check import UniqueItemsCheck, check_is_exact
+    schema = _loaded(schema)
+    _meta_validate(schema)
+    mode = None
+    if has_true_keyword(schema, "uniqueItems"):
+        mode = "exact" if check_is_exact(schema, _draft_of(schema)) else "partial"
+    conv = Converter(schema, unique_checked=mode, **options)
+    rules = conv.convert()
+    return rules, (UniqueItemsCheck(conv.schema, conv.draft) if conv.needs_unique_check else None)
+
+
+def _loaded(schema: Any) -> Any:
+    if isinstance(schema, str):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"schema is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})", "#") from None
+    return schema
