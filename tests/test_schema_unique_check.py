@@ -15,6 +15,7 @@ import pytest
 
 from halter import Grammar, UnsupportedSchemaError, Vocabulary
 from halter.schemas import SchemaWarning, json_schema_to_gbnf
+from tests.schema_checks import random_texts
 
 ANY_ITEMS = {"type": "array", "uniqueItems": True}
 CASES = [
@@ -121,7 +122,7 @@ def _vocab() -> Vocabulary:
     return Vocabulary.from_token_bytes(pieces, eog_ids=[len(pieces) - 1])
 
 
-@pytest.mark.parametrize("text", ['["a", "b", "a', '[1, 1.5, true, [], {"x": 1}, "a", tru', '[[1], [1'])
+@pytest.mark.parametrize("text", ['["a", "b", "a', '[1, 1.5, true, [], {"x": 1}, "a", ', '[[1], [1'])
 def test_token_masks_equal_feeding_each_token_alone(text):
     g = Grammar.from_json_schema(ANY_ITEMS)
     vocab = _vocab()
@@ -131,8 +132,11 @@ def test_token_masks_equal_feeding_each_token_alone(text):
     for ch in text.encode():                         # write the text one byte-token at a time
         mask = m.allowed_mask()
         alone = np.array([m.copy().accept_token(t) for t in range(vocab.size)])
-        assert (mask == alone).all()
-        assert all(m.is_allowed(t) == alone[t] for t in range(vocab.size))
+        assert not (mask & ~alone).any()
+        for t in np.flatnonzero(alone & ~mask):      # taken alone, but a dead end: nothing can follow
+            after = m.copy()
+            assert after.accept_token(int(t)) and not after.allowed_mask().any()
+        assert all(m.is_allowed(t) == mask[t] for t in range(vocab.size))
         assert not (mask & ~plain.allowed_mask()).any()
         removed += int((plain.allowed_mask() & ~mask).sum())
         assert m.accept_token(ch) and plain.accept_token(ch)
@@ -157,3 +161,39 @@ def test_token_matcher_refuses_duplicates_and_rolls_back():
     assert m.accept_token(tid[b"1"]) and m.accept_token(tid[b"]"])       # 1.01 is new
     m.reset()
     assert m.accept_token(tid[b"[1"]) and m.accept_token(tid[b","]) and not m.accept_token(tid[b"1]"])
+
+
+@pytest.mark.parametrize("schema,valid,invalid", CASES)
+def test_random_instances_of_the_grammar_are_judged_like_jsonschema(schema, valid, invalid):
+    """Texts drawn from the rules alone may repeat items; with the check the grammar accepts
+    exactly those python-jsonschema finds valid."""
+    g = Grammar.from_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    verdicts = []
+    for text in random_texts(schema, 60, seed=11):
+        verdict = validator.is_valid(json.loads(text))
+        assert g.matches(text) == verdict, text
+        verdicts.append(verdict)
+    assert any(verdicts)
+
+
+def test_masks_avoid_dead_ends_of_bounded_items():
+    """``["US", "U`` under ``^[A-Z]{2}$``: "S" would leave a duplicate that cannot be closed."""
+    g = Grammar.from_json_schema({"type": "array", "items": {"type": "string", "pattern": "^[A-Z]{2}$"},
+                                  "uniqueItems": True})
+    pieces = [bytes([b]) for b in range(256)] + [b"US", b'"US"', b' "U', b"</s>"]
+    vocab = Vocabulary.from_token_bytes(pieces, eog_ids=[len(pieces) - 1])
+    tid = {p: i for i, p in enumerate(pieces)}
+    m = g.compile(vocab, cache=False).matcher()
+    assert m.accept_token(tid[b"["]) and m.accept_token(tid[b'"US"']) and m.accept_token(tid[b","])
+    mask = m.allowed_mask()
+    assert mask[tid[b' "U']] and mask[ord('"')] and not mask[tid[b'"US"']]
+    assert m.accept_token(tid[b' "U'])
+    mask = m.allowed_mask()
+    assert not mask[ord("S")] and not m.is_allowed(ord("S")) and mask[ord("A")] and not mask[tid[b"US"]]
+    # every "U?" written: "U" itself has no way out
+    m = g.compile(vocab).matcher()
+    assert m.accept_bytes(b"[" + b",".join(b'"U%c"' % c for c in range(65, 91)) + b',"')
+    mask = m.allowed_mask()
+    assert not mask[ord("U")] and mask[ord("V")]
+    assert m.accept_token(ord("U")) and not m.allowed_mask().any()      # taken anyway: a dead end

@@ -3,8 +3,9 @@
 A ``Grammar`` may carry a ``TextCheck`` (JSON Schema's ``uniqueItems`` over open item sets is the
 one halter has: ``halter.schemas.unique_check``). Both matchers feed its tracker every byte the
 grammar accepted, and refuse input the tracker refuses; token masks drop the tokens it would
-refuse. A tracker is mutable but cheap to snapshot, so rollback and trying candidate tokens are
-snapshot/restore pairs.
+refuse, and the tokens after which it would refuse every continuation the grammar allows (a
+bounded search), so generation does not walk into a dead end. A tracker is mutable but cheap to
+snapshot, so rollback and trying candidate tokens are snapshot/restore pairs.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from halter.grammar.compiled import CompiledGrammar
+    from halter.grammar.parser_state import Node, StateSpace
 
 
 class CheckTracker(Protocol):
@@ -30,36 +32,132 @@ class CheckTracker(Protocol):
     def trigger_bytes(self) -> bytes | None:
         """Bytes one of which any refused input contains; None when nothing can be refused now."""
 
+    def risky_prefixes(self) -> list[bytes]:
+        """Texts whose beginnings, written now, could lead where the tracker refuses every ending
+        the grammar allows (``has_way_out`` then decides); [] when there is no such risk."""
+
+    def mark(self) -> object:
+        """The current unit of text (e.g. a JSON item) whose completion ``settled`` recognises."""
+
+    def settled(self, mark: object) -> bool: ...
+
 
 class TextCheck(Protocol):
     def tracker(self) -> CheckTracker:
         """A tracker at the start of the text."""
 
 
-def filter_token_bits(bits: np.ndarray, tracker: CheckTracker, cg: "CompiledGrammar") -> np.ndarray:
-    """``bits`` (a packed grammar mask) without the tokens ``tracker`` would refuse next.
+WAY_OUT_BUDGET = 256
+"""Bytes a search for a way out may try before it gives up and assumes there is one."""
 
-    Only tokens that contain one of the tracker's trigger bytes are tried, each by feeding its
-    bytes and restoring the snapshot; the grammar mask is never changed in place.
+
+def filter_token_bits(bits: np.ndarray, tracker: CheckTracker, cg: "CompiledGrammar", node: "Node") -> np.ndarray:
+    """``bits`` (a packed grammar mask at parser state ``node``) without the tokens ``tracker``
+    would refuse next, nor those after which it would refuse every way the grammar allows to go on.
+
+    Only tokens that contain one of the tracker's trigger bytes are fed to it (restoring its
+    snapshot after each), and only tokens that spell a beginning of one of its risky prefixes are
+    searched for a way out; the grammar mask is never changed in place.
     """
+    out = bits
     trigger = tracker.trigger_bytes()
-    if not trigger:
-        return bits
-    candidates = bits & _tokens_with_any(cg, trigger)
-    if not candidates.any():
-        return bits
-    ids = np.flatnonzero(np.unpackbits(candidates.view(np.uint8), bitorder="little"))
-    out = bits.copy()
-    snap = tracker.snapshot()
     token_bytes, text_token = cg.vocab.token_bytes, cg.text_token
-    for tid in ids.tolist():
-        if tid >= cg.vocab_size or not text_token[tid]:
-            continue
-        if tracker.feed(token_bytes[tid]):
-            tracker.restore(snap)
-        else:
-            out[tid >> 5] &= ~np.uint32(1 << (tid & 31))
+    if trigger:
+        candidates = bits & _tokens_with_any(cg, trigger)
+        if candidates.any():
+            out = bits.copy()
+            snap = tracker.snapshot()
+            for tid in _ids(candidates, cg).tolist():
+                if not text_token[tid]:
+                    continue
+                if tracker.feed(token_bytes[tid]):
+                    tracker.restore(snap)
+                else:
+                    out[tid >> 5] &= ~np.uint32(1 << (tid & 31))
+    risky = tracker.risky_prefixes()
+    if risky:
+        space, mark = cg.space, tracker.mark()
+        ids = _token_ids(cg)
+        snap = tracker.snapshot()
+        for text in risky:
+            for k in range(1, min(len(text), 256) + 1):
+                tid = ids.get(text[:k])
+                if tid is None or not text_token[tid] or not (out[tid >> 5] >> (tid & 31)) & 1:
+                    continue
+                if not has_way_out(space, space.step_bytes(node, text[:k]), tracker, text[:k], mark):
+                    if out is bits:
+                        out = bits.copy()
+                    out[tid >> 5] &= ~np.uint32(1 << (tid & 31))
+                tracker.restore(snap)
     return out
+
+
+def token_allowed(tracker: CheckTracker, cg: "CompiledGrammar", node: "Node", tid: int) -> bool:
+    """One token's verdict, the same as ``filter_token_bits`` gives it (the grammar allows it)."""
+    if not cg.text_token[tid]:
+        return True
+    data = bytes(cg.vocab.token_bytes[tid])
+    snap = tracker.snapshot()
+    try:
+        if any(text.startswith(data) for text in tracker.risky_prefixes()):
+            mark = tracker.mark()
+            return has_way_out(cg.space, cg.space.step_bytes(node, data), tracker, data, mark)
+        return tracker.feed(data)
+    finally:
+        tracker.restore(snap)
+
+
+def has_way_out(space: "StateSpace", node: "Node", tracker: CheckTracker, data: bytes, mark: object) -> bool:
+    """After ``data`` (already stepped to ``node``), can the text go on until the tracker's current
+    unit is complete? A depth-first search over the bytes the grammar allows; a search longer than
+    ``WAY_OUT_BUDGET`` bytes assumes yes. Leaves the tracker fed with ``data`` (the caller restores)."""
+    if node.id == 0 or not tracker.feed(data):
+        return False
+    budget = [WAY_OUT_BUDGET]
+
+    def search(node: "Node") -> bool:
+        if tracker.settled(mark):
+            return True
+        quote = space.step_byte(node, 0x22)
+        if quote.id != 0:             # closing a string is the usual way out: try it before the rest
+            snap = tracker.snapshot()
+            if tracker.feed(b'"'):
+                found = search(quote)
+                tracker.restore(snap)
+                if found:
+                    return True
+        for b in space.live_bytes(node):
+            if b == 0x22:
+                continue
+            budget[0] -= 1
+            if budget[0] < 0:
+                return True
+            snap = tracker.snapshot()
+            if tracker.feed(bytes((b,))):
+                found = search(space.step_byte(node, b))
+                tracker.restore(snap)
+                if found:
+                    return True
+        return False
+
+    return search(node)
+
+
+def _ids(packed: np.ndarray, cg: "CompiledGrammar") -> np.ndarray:
+    ids = np.flatnonzero(np.unpackbits(packed.view(np.uint8), bitorder="little"))
+    return ids[ids < cg.vocab_size]
+
+
+def _token_ids(cg: "CompiledGrammar") -> dict[bytes, int]:
+    """Token bytes -> id over the text tokens (the first id of a duplicated spelling)."""
+    got = cg.__dict__.get("_ids_by_bytes")
+    if got is None:
+        got = {}
+        for i, t in enumerate(cg.vocab.token_bytes):
+            if t and cg.text_token[i]:
+                got.setdefault(bytes(t), i)
+        cg.__dict__["_ids_by_bytes"] = got
+    return got
 
 
 def _tokens_with_any(cg: "CompiledGrammar", trigger: bytes) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 
 from halter.grammar.masks import unpack_bits
 from halter.grammar.parser_state import Node
-from halter.grammar.text_check import filter_token_bits
+from halter.grammar.text_check import filter_token_bits, token_allowed
 
 if TYPE_CHECKING:
     from halter.grammar.compiled import CompiledGrammar
@@ -24,8 +24,9 @@ class TokenMatcher:
 
     End-of-generation tokens are allowed exactly when the grammar may end; accepting one finishes
     the matcher. ``accept_token`` is atomic: a rejected token changes nothing. When the grammar
-    carries a ``TextCheck`` (JSON Schema's ``uniqueItems``), its tracker reads every accepted token
-    and masks leave out the tokens it would refuse.
+    carries a ``TextCheck`` (JSON Schema's ``uniqueItems``), its tracker reads every accepted token;
+    masks and ``is_allowed`` leave out the tokens it would refuse and those after which it would
+    refuse every continuation (a dead end), which ``accept_token`` still takes.
     """
 
     def __init__(self, compiled: "CompiledGrammar") -> None:
@@ -51,7 +52,7 @@ class TokenMatcher:
             return self._cg.eog_bits
         bits = self._cg.node_bits(self._node)
         if self._tracker is not None:
-            bits = filter_token_bits(bits, self._tracker, self._cg)
+            bits = filter_token_bits(bits, self._tracker, self._cg, self._node)
         return bits
 
     def fill_bitmask(self, out: np.ndarray, index: int = 0) -> None:
@@ -95,14 +96,7 @@ class TokenMatcher:
         return self._tracker_allows(token_id)
 
     def _tracker_allows(self, token_id: int) -> bool:
-        tracker = self._tracker
-        if tracker is None or not self._cg.text_token[token_id]:
-            return True
-        snap = tracker.snapshot()
-        if not tracker.feed(self._cg.vocab.token_bytes[token_id]):
-            return False
-        tracker.restore(snap)
-        return True
+        return self._tracker is None or token_allowed(self._tracker, self._cg, self._node, token_id)
 
     # -- advancing ---------------------------------------------------------------------------
     def _next_node(self, token_id: int):

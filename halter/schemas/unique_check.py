@@ -50,6 +50,20 @@ def canonical(value: Any) -> tuple:
     return (5, frozenset((k, canonical(v)) for k, v in value.items()))
 
 
+def _spelled(item: tuple) -> bytes | None:
+    """The plain JSON spelling of a canonical scalar item (None for arrays and objects)."""
+    kind = item[0]
+    if kind == 3:
+        return json.dumps(item[1], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    if kind == 2:
+        d = item[1]
+        return (format(d, "f") if d == d.to_integral_value() and abs(d) < 10 ** 30
+                else str(d.normalize()).lower()).encode()
+    if kind == 1:
+        return b"true" if item[1] else b"false"
+    return b"null" if kind == 0 else None
+
+
 def _canonical_text(raw: bytes) -> tuple | None:
     try:
         return canonical(json.loads(raw, parse_float=Decimal, parse_int=Decimal))
@@ -105,12 +119,57 @@ class UniqueItemsTracker:
             return None
         mode = self._mode
         if mode in _IN_STRING:
+            if mode == _STR and self._n_checked == 1 and not self._may_repeat_string():
+                return None
             return b'"'
         if mode == _NUM:
             return b",]} \t\n\r"
         if mode == _LIT:
             return b"el"
         return _ANY_END
+
+    def _may_repeat_string(self) -> bool:
+        """Inside a string item of the one checked array: could closing it repeat an item?"""
+        top = self._stack[-1]
+        if top[0] != "a" or not top[3]:
+            return True                   # the checked array is further out
+        try:
+            partial = json.loads(self._buf[top[4]:] + b'"')
+        except ValueError:
+            return True                   # in the middle of an escape or a UTF-8 character
+        return any(item[0] == 3 and item[1].startswith(partial) for item in top[3])
+
+    def risky_prefixes(self) -> list[bytes]:
+        """Texts whose beginnings, written now, keep the current scalar item a beginning of an earlier
+        item (in its plain JSON spelling): when the grammar then allows no other ending, the item
+        cannot be completed (``["US", "US`` under ``^[A-Z]{2}$``; ``[5, 5`` under ``maximum: 9``)."""
+        if not self._n_checked:
+            return []
+        top = self._stack[-1]
+        if top[0] != "a" or not top[3]:
+            return []
+        mode = self._mode
+        if mode == _VALUE:
+            partial = b""
+        elif mode in (_STR, _NUM, _LIT):
+            partial = bytes(self._buf[top[4]:])
+        else:
+            return []
+        out = []
+        for item in top[3]:
+            spelled = _spelled(item)
+            if spelled is not None and len(spelled) > len(partial) and spelled.startswith(partial):
+                rest = spelled[len(partial):]
+                out.extend((rest, b" " + rest) if mode == _VALUE else (rest,))
+        return out
+
+    def mark(self) -> tuple:
+        """Where the current item stands: ``settled(mark)`` is True once it is complete."""
+        return (len(self._stack) - 1, self._stack[-1][5] if self._stack else 0)
+
+    def settled(self, mark: tuple) -> bool:
+        depth, index = mark
+        return len(self._stack) <= depth or self._stack[depth][-1] != index
 
     def feed(self, data: bytes) -> bool:
         """Read ``data``; False (and nothing changed) if it completes a duplicate item."""
