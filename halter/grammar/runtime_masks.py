@@ -3,20 +3,28 @@
 The mask of a parser state is the OR, over its items ``(position d, context c)``, of
 
 * ``acc[d]``: tokens that stay inside ``d``'s rule (precomputed per position, ``compiled.py``);
-* the tokens below ``d``'s *escape points* (trie nodes where the rule ends mid-token) whose rest
-  can be read from ``ret(c)``: ``suffix_bits(N, ret(c))`` for that set of trie nodes ``N``.
+* the tokens below ``d``'s *escape points* (the set ``N`` of trie nodes where the rule ends
+  mid-token) whose rest can be read once the rule has returned to ``c``: ``ctx_bits(N, c)``.
 
 (If ``d``'s rule may end right here, the caller's continuation is allowed too; but a state is an
 Earley closure, so it already holds those items — completion put them there — and they bring their
 own tokens.)
 
-``suffix_bits(N, E)`` is split the same way, which is what keeps cold states cheap: for each item
-``(d', c')`` of ``E``, the rows below ``N`` whose rest stays inside ``d'``'s rule depend only on
-``(N, d')`` — a walk from the opaque node of ``d'``, memoised for good — and only the rows that
-escape ``d'``'s rule again are carried on to ``ret(c')``. Contexts change with every nesting level;
-positions repeat, so after a short warm-up a new state costs a few ORs of packed words. The walks
-themselves go depth-first in Python when the continuation allows few bytes (``narrow_walk.py``,
-the usual case below a key's closing quote) and level by level with numpy otherwise.
+``ctx_bits(N, c)`` never builds the parser state ``c`` returns to. That state is the closure of
+``c.returns``, and what a set of items reads is the union of what each reads; ``(after, c')`` reads
+what the *opaque* node of ``after`` reads (a state of the grammar alone, whatever the stack:
+``opaque_bits(N, after)``, memoised for good and shared by every context) and, below the points
+where ``after``'s rule ends in turn, what ``c'`` returns to. ``opaque_bits`` is split per item of
+the opaque node: a walk from the opaque node of each item's position, memoised per ``(N, d')``.
+Contexts change with every nesting level; positions repeat, so after a short warm-up a new state
+costs a few dictionary lookups and ORs of packed words per escaping item, and only escapes go on up
+the stack. The walks themselves go depth-first in Python when the continuation allows few bytes
+(``narrow_walk.py``, the usual case below a key's closing quote) and level by level with numpy
+otherwise.
+
+Recursion only meets itself on ``ctx_bits`` with the same ``N`` (walks always go deeper), through
+rules that end without reading; such a repeat adds nothing new, so it counts as empty and the
+results computed while it was open are not memoised (``_tainted``).
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ import numpy as np
 
 from halter.grammar.masks import walk_subtrees
 from halter.grammar.narrow_walk import NarrowWalker
-from halter.grammar.parser_state import Node
+from halter.grammar.parser_state import ESCAPES, Node
 
 if TYPE_CHECKING:
     from halter.grammar.compiled import CompiledGrammar
@@ -41,12 +49,14 @@ class MaskAssembler:
         self.zeros = np.zeros(cg.n_words, np.uint32)
         self.node_memo: dict[int, np.ndarray] = {}
         self._esc_memo: dict[tuple[int, int], np.ndarray] = {}
-        self._suffix_memo: dict[tuple[int, int], np.ndarray] = {}
+        self._opaque_memo: dict[tuple[int, int], tuple] = {}
+        self._ctx_memo: dict[tuple[int, int], tuple] = {}
         self._walk_memo: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
         self._node_sets: list[np.ndarray] = []
         self._node_set_ids: dict[bytes, int] = {}
         self._position_sets: dict[int, int] = {}
-        self._in_progress: set = set()              # suffix keys being computed
+        self._in_progress: set = set()              # _ctx_bits keys being computed
+        self._in_progress_nodes: set = set()        # _opaque_bits keys being computed
         self._tainted = False
         self._narrow = NarrowWalker(cg.space, cg.trie)
         self._has_escape: list[bool] | None = None
@@ -104,12 +114,8 @@ class MaskAssembler:
         bits = self._esc_memo.get(key)
         if bits is not None:
             return bits
-        bits = self.zeros
         n_id = self._position_set(d)
-        if n_id >= 0:
-            ret = self.space.return_node(ctx)
-            if ret.id != 0:
-                bits = self._suffix_bits(n_id, ret)
+        bits = self._ctx_bits(n_id, ctx)[0] if n_id >= 0 else self.zeros
         if not self._tainted:
             self._esc_memo[key] = bits
         return bits
@@ -124,37 +130,71 @@ class MaskAssembler:
             return parts[0]
         return np.bitwise_or.reduce(parts, axis=0) if len(parts) > 2 else parts[0] | parts[1]
 
-    def _suffix_bits(self, n_id: int, start: Node) -> np.ndarray:
-        """Tokens below the trie nodes of set ``n_id`` whose rest can be read from ``start``."""
-        key = (n_id, start.id)
-        bits = self._suffix_memo.get(key)
-        if bits is not None:
-            return bits
+    def _ctx_bits(self, n_id: int, ctx) -> tuple[np.ndarray, tuple[int, ...]]:
+        """(tokens below the trie nodes of set ``n_id`` whose rest can be read once a rule called in
+        ``ctx`` has ended there; the node sets where the OPAQUE caller is reached on the way).
+
+        The state after the rule ends is the closure of ``ctx.returns``; what a set of items reads
+        is the union of what each reads, and ``(after, c)`` reads what the opaque node of
+        ``after`` reads (``_opaque_bits``, memoised per ``(n_id, after)`` and shared by every
+        context) and then, below the points where ``after``'s rule ends, what ``c`` returns to. So
+        no parser state is built for ``ctx``, and only the escapes go on up the stack.
+        """
+        key = (n_id, ctx.id)
+        hit = self._ctx_memo.get(key)
+        if hit is not None:
+            return hit
         if key in self._in_progress:
             self._tainted = True
-            return self.zeros
+            return self.zeros, ()
         self._in_progress.add(key)
         try:
-            parts = []
-            accepting = self.space.a.accepting
-            for d2, c2 in start.scan:
-                inside, n2_id = self._walk(n_id, d2)
-                parts.append(inside)
-                if not c2.returns or (n2_id < 0 and not accepting[d2]):
-                    continue
-                ret = self.space.return_node(c2)
-                if ret.id == 0:
-                    continue
-                if n2_id >= 0:
-                    parts.append(self._suffix_bits(n2_id, ret))
-                if accepting[d2]:
-                    parts.append(self._suffix_bits(n_id, ret))
-            bits = self._or(parts)
+            parts, escs = [], ({n_id} if ctx.flags & ESCAPES else set())
+            opaque_node = self.space.opaque_node
+            for after, c in ctx.returns:
+                bits, ends = self._opaque_bits(n_id, opaque_node(after))
+                parts.append(bits)
+                for e in ends:
+                    bits, up = self._ctx_bits(e, c)
+                    parts.append(bits)
+                    escs.update(up)
+            hit = (self._or(parts), tuple(sorted(escs)))
         finally:
             self._in_progress.discard(key)
         if not self._tainted:
-            self._suffix_memo[key] = bits
-        return bits
+            self._ctx_memo[key] = hit
+        return hit
+
+    def _opaque_bits(self, n_id: int, start: Node) -> tuple[np.ndarray, tuple[int, ...]]:
+        """(tokens below node set ``n_id`` readable from ``start``, a node whose bottom context is
+        OPAQUE; the node sets where that OPAQUE caller is reached).
+
+        Split per item ``(d, c)`` of ``start``: the walk from ``d``'s opaque node is memoised per
+        ``(n_id, d)``, and below its escapes the walk goes on from what ``c`` returns to.
+        """
+        key = (n_id, start.id)
+        hit = self._opaque_memo.get(key)
+        if hit is not None:
+            return hit
+        if key in self._in_progress_nodes:
+            self._tainted = True
+            return self.zeros, ()
+        self._in_progress_nodes.add(key)
+        try:
+            parts, escs = [], ({n_id} if start.escaped else set())
+            for d2, c2 in start.scan:
+                inside, n2_id = self._walk(n_id, d2)
+                parts.append(inside)
+                if n2_id >= 0:
+                    bits, up = self._ctx_bits(n2_id, c2)
+                    parts.append(bits)
+                    escs.update(up)
+            hit = (self._or(parts), tuple(sorted(escs)))
+        finally:
+            self._in_progress_nodes.discard(key)
+        if not self._tainted:
+            self._opaque_memo[key] = hit
+        return hit
 
     def _walk(self, n_id: int, d: int) -> tuple[np.ndarray, int]:
         """(rows below node set ``n_id`` read wholly inside ``d``'s rule, as bits; escape node set)."""

@@ -1,0 +1,79 @@
+"""Token masks where rules end inside tokens: every allowed-token set checked in full against feeding
+each token alone, on a vocabulary of all short strings over the grammars' own alphabet.
+
+These grammars make escapes (a rule that ends mid-token, so the rest of the token is read by the
+callers) go up several levels of the stack at once, through nullable rules, doubling chains like
+the ones counted strings become, left recursion and rules that may end without reading anything:
+the cases where the per-position walks are combined with the caller's contexts at run time.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from halter import Grammar, Vocabulary
+
+GRAMMARS = {
+    # a counted string as schema grammars spell it: nullable doubling rules
+    "doubling": 'root ::= "<" o3 ">"\no3 ::= o2 o2\no2 ::= o1 o1\no1 ::= o0 o0\no0 ::= c?\nc ::= [ab] | "\\\\" [ab]',
+    # a rule that may end without reading, returning through several callers
+    "nullable-chain": 'root ::= "<" r ">" r ">"\nr ::= s s\ns ::= t?\nt ::= "ab" | "a" | "b"',
+    # left recursion with an optional tail: contexts refer to themselves
+    "left-optional": 'root ::= x "."\nx ::= x "b"? "a" | x "," | "a"',
+    "left-nullable": 'root ::= "<" x ">"\nx ::= x y | "a"\ny ::= "b"?',
+    # one rule called from many places, like ws
+    "many-callers": 'root ::= "<" w "a" w "b" w (">" | "," w root)\nw ::= " "{0,2}',
+    "nested": 'root ::= v\nv ::= "<" (v ("," v)*)? ">" w | "a" w\nw ::= " "?',
+}
+
+
+def alphabet_vocab(alphabet: bytes, max_len: int = 3) -> Vocabulary:
+    pieces = [bytes([b]) for b in range(256)]
+    seen = set(pieces)
+    for n in range(2, max_len + 1):
+        for combo in itertools.product(alphabet, repeat=n):
+            b = bytes(combo)
+            if b not in seen:
+                seen.add(b)
+                pieces.append(b)
+    pieces.append(b"</s>")
+    return Vocabulary.from_token_bytes(pieces, eog_ids=[len(pieces) - 1])
+
+
+def check_walks(g: Grammar, vocab: Vocabulary, seeds: int, steps: int) -> int:
+    cg = g.compile(vocab, cache=False)
+    checked = 0
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        m = cg.matcher()
+        for _ in range(steps):
+            mask = m.allowed_mask()
+            expected = np.array([m.copy().accept_token(t) for t in range(vocab.size)])
+            bad = np.flatnonzero(mask != expected)
+            assert not len(bad), [(vocab.token_bytes[t], bool(mask[t])) for t in bad[:10]]
+            checked += 1
+            text = [t for t in np.flatnonzero(mask) if not cg.eog_mask[t]]
+            if not text or (m.is_accepting() and rng.random() < 0.1):
+                m = cg.matcher()                   # start another text
+                continue
+            assert m.accept_token(int(rng.choice(text)))
+    return checked
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_escape_masks_match_brute_force(name):
+    g = Grammar.from_gbnf(GRAMMARS[name])
+    alphabet = bytes(sorted(set(b for b in GRAMMARS[name].encode() if 32 <= b < 127) & set(b'ab<>., \\"')))
+    assert check_walks(g, alphabet_vocab(alphabet), seeds=4, steps=25) == 100
+
+
+def test_counted_string_schema_masks_match_brute_force():
+    """maxLength strings become nullable doubling rules; every boundary inside a token is an escape."""
+    g = Grammar.from_json_schema({"type": "object", "properties": {"s": {"type": "string", "maxLength": 6},
+                                                                    "t": {"type": "string", "minLength": 2}},
+                                  "required": ["s"], "additionalProperties": False})
+    vocab = alphabet_vocab(b'ab"{}:, s', max_len=3)
+    assert check_walks(g, vocab, seeds=3, steps=20) == 60
