@@ -197,3 +197,11 @@ def test_masks_avoid_dead_ends_of_bounded_items():
     mask = m.allowed_mask()
     assert not mask[ord("U")] and mask[ord("V")]
     assert m.accept_token(ord("U")) and not m.allowed_mask().any()      # taken anyway: a dead end
+
+
+def test_forced_bytes_stop_before_a_refused_byte():
+    g = Grammar.from_json_schema({"type": "array", "items": {"type": "string", "pattern": "^ab$"},
+                                  "uniqueItems": True, "maxItems": 2}, whitespace="compact")
+    m = g.compile(_vocab(), cache=False).matcher()
+    assert m.accept_bytes(b'["a') and m.forced_bytes() == b'b"'
+    assert m.accept_bytes(b'b",') and m.forced_bytes() == b'"ab'          # not the refused quote

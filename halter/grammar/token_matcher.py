@@ -195,17 +195,22 @@ class TokenMatcher:
     is_terminated = is_finished
 
     def forced_bytes(self, limit: int = 1024) -> bytes:
-        """The bytes the grammar forces next (the only possible continuation), for jump-forward."""
+        """The bytes the grammar forces next (the only possible continuation), for jump-forward;
+        they stop before a byte the grammar's ``TextCheck`` would refuse."""
         out = bytearray()
         node = self._node
         if self._finished:
             return b""
+        tracker = self._tracker
+        snap = tracker.snapshot() if tracker is not None else None
         while len(out) < limit and not node.accepting and not node.tok:
             live = self._space.live_bytes(node)
-            if len(live) != 1:
+            if len(live) != 1 or (tracker is not None and not tracker.feed(bytes(live))):
                 break
             out.append(live[0])
             node = self._space.step_byte(node, live[0])
+        if tracker is not None:
+            tracker.restore(snap)
         # never stop inside a UTF-8 character
         text = bytes(out)
         while text:
