@@ -198,3 +198,17 @@ def test_gbnf_text_parses_when_a_referenced_schema_accepts_nothing(never):
         g = Grammar.from_gbnf(json_schema_to_gbnf(schema))
     assert g.matches('{"b": 1}') and g.matches("{}")
     assert not g.matches('{"a": 1}') and not g.matches('{"a": "xyz"}')
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 255), (65, 65), (100, 300), (0, 1000), (70, None), (0, 88)])
+def test_long_length_bounds_count_exactly(lo, hi):
+    """Bounds above 64 are spelled with doubling rules over chunks of characters plus a rest: every
+    length around the bounds and the chunk edges must be counted exactly (é is one character)."""
+    schema = {"type": "string", "minLength": lo, **({"maxLength": hi} if hi is not None else {})}
+    g = Grammar.from_json_schema(schema)
+    top = (hi if hi is not None else lo) + 60
+    lengths = {n for b in (lo, hi or lo, 24, 48, 72, 96, 240, 264) for n in (b - 1, b, b + 1)} | {top}
+    for n in sorted(x for x in lengths if x >= 0):
+        for text in ("x" * n, "é" * n, "\\u00e9" * n):
+            ok = lo <= n and (hi is None or n <= hi)
+            assert g.matches(f'"{text}"') == ok, (n, text[:8])

@@ -79,10 +79,15 @@ def tidy_rules(rules: dict[str, Expr]) -> dict[str, Expr]:
 REPEAT_LIMIT = 64
 """Repetition counts above this are spelled with doubling helper rules (``x{0,1000}`` would
 otherwise become a 1000-state automaton in the engine)."""
+CHUNK = 24
+"""The doubling rules count chunks of this many repetitions, not single ones: with single ones
+every repetition ends a rule, and a token mask inside a long bounded string had to follow almost
+every token out of nested rules at its first character (a mask cost ~100x a plain string's the
+first time); with chunks only tokens crossing a chunk's end leave it."""
 
 
 def split_large_repeats(rules: dict[str, Expr]) -> dict[str, Expr]:
-    """Rewrite ``x{m,n}`` with large m or n as products of doubling rules (same language)."""
+    """Rewrite ``x{m,n}`` with large m or n as products of doubling rules over chunks (same language)."""
     out: dict[str, Expr] = {}
     helpers: dict[str, Expr] = {}
     names: dict[Expr, str] = {}
@@ -110,6 +115,30 @@ def split_large_repeats(rules: dict[str, Expr]) -> dict[str, Expr]:
         refs = doubling(base, kind, n.bit_length())
         return [refs[i] for i in range(n.bit_length()) if n >> i & 1]
 
+    def chunk(base: RuleRef) -> RuleRef:
+        name = f"{base.name}-c{CHUNK}"
+        helpers.setdefault(name, Repeat(base, CHUNK, CHUNK))
+        return RuleRef(name)
+
+    def upto_rule(base: RuleRef, r: int) -> RuleRef:
+        name = f"{base.name}-t{r}"
+        helpers.setdefault(name, Repeat(base, 0, r))
+        return RuleRef(name)
+
+    def exactly(base: RuleRef, n: int) -> list[Expr]:
+        """``base{n}``: doubling rules over chunks of CHUNK, then the rest inline."""
+        q, r = divmod(n, CHUNK)
+        return counted(chunk(base), "e", q) + ([Repeat(base, r, r)] if r else [])
+
+    def up_to(base: RuleRef, m: int) -> Expr:
+        """``base{0,m}`` = ``chunk{0,q-1} base{0,CHUNK-1} | chunk{q} base{0,r}`` (m = q*CHUNK + r)."""
+        q, r = divmod(m, CHUNK)
+        if q == 0:
+            return Repeat(base, 0, m)
+        fewer = counted(chunk(base), "o", q - 1) + [upto_rule(base, CHUNK - 1)]
+        full = counted(chunk(base), "e", q) + ([upto_rule(base, r)] if r else [])
+        return Alt((Seq(tuple(fewer)) if len(fewer) > 1 else fewer[0], Seq(tuple(full)) if len(full) > 1 else full[0]))
+
     def walk(e: Expr) -> Expr:
         if isinstance(e, Seq):
             return Seq(tuple(walk(i) for i in e.items))
@@ -121,12 +150,12 @@ def split_large_repeats(rules: dict[str, Expr]) -> dict[str, Expr]:
             if not big:
                 return Repeat(inner, e.min, e.max)
             base = unit(inner)
-            parts: list[Expr] = counted(base, "e", e.min) if e.min > REPEAT_LIMIT else \
+            parts: list[Expr] = exactly(base, e.min) if e.min > REPEAT_LIMIT else \
                 ([Repeat(base, e.min, e.min)] if e.min else [])
             if e.max is None:
                 parts.append(Repeat(base, 0, None))
             elif e.max > e.min:
-                parts.extend(counted(base, "o", e.max - e.min))
+                parts.append(up_to(base, e.max - e.min))
             return Seq(tuple(parts)) if len(parts) != 1 else parts[0]
         return e
 
