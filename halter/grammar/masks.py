@@ -102,12 +102,12 @@ class TransitionTable:
                     self._next_pos = np.asarray(self.space.a.byte_next, dtype=np.int32)
                 target = self._next_pos[pos[single], uc[single]]      # >= 0: dead classes are filled
                 ids = self.space.opaque_ids[target]
-                for t in np.unique(target[ids < 0]).tolist():
+                for t in sorted_unique(target[ids < 0]).tolist():
                     self.register(self.space.opaque_node(t))
                 self.table[us[single], uc[single]] = self.space.opaque_ids[target]
                 us, uc = us[~single], uc[~single]
             nodes = self.space.nodes
-            for p in np.unique(us.astype(np.int64) * self.n_classes + uc).tolist():
+            for p in sorted_unique(us.astype(np.int64) * self.n_classes + uc).tolist():
                 s, c = divmod(p, self.n_classes)
                 node = self.space.step_class(nodes[s], c)
                 self.register(node)
@@ -199,8 +199,20 @@ def walk_subtrees(tt: TransitionTable, trie: TokenTrie, start: Node, nodes: np.n
             level = trie.children_of(level)
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))
     if want_escapes:
-        return cat(found), np.unique(cat(escapes))
+        return cat(found), sorted_unique(cat(escapes))
     return cat(found)
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer array, sorted: ``np.unique`` without its hashing path,
+    which numpy 2.x takes for plain calls and which costs ~15x a sort on arrays of trie nodes."""
+    if len(values) < 2:
+        return values.copy()
+    out = np.sort(values)
+    keep = np.empty(len(out), dtype=bool)
+    keep[0] = True
+    np.not_equal(out[1:], out[:-1], out=keep[1:])
+    return out[keep]
 
 
 def pack_bits(mask: np.ndarray) -> np.ndarray:

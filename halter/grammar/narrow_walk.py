@@ -14,6 +14,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from halter.grammar.parser_state import Node, StateSpace
     from halter.grammar.trie import TokenTrie
@@ -30,11 +32,7 @@ class NarrowWalker:
     def __init__(self, space: "StateSpace", trie: "TokenTrie") -> None:
         self.space = space
         self.class_of = list(space.class_of)
-        a = space.a
-        by_class: list[list[int]] = [[] for _ in range(a.n_classes)]
-        for b, c in enumerate(self.class_of):
-            by_class[c].append(b)
-        self.bytes_of_class = by_class
+        self._class_arr = np.asarray(self.class_of, dtype=np.int64)
         self._pos_bytes: dict[int, tuple[int, ...]] = {}
         self._live: dict[int, tuple[int, ...]] = {}
         self.child_lo = memoryview(trie.child_lo).cast("B").cast("q")
@@ -47,10 +45,18 @@ class NarrowWalker:
     def _position_bytes(self, d: int) -> tuple[int, ...]:
         live = self._pos_bytes.get(d)
         if live is None:
-            by_class = self.bytes_of_class
-            live = tuple(sorted(b for c, t in enumerate(self.space.a.byte_next[d]) if t >= 0 for b in by_class[c]))
-            self._pos_bytes[d] = live
+            row = self._next_row(d)
+            live = self._pos_bytes[d] = tuple(np.flatnonzero(row[self._class_arr] >= 0).tolist())
         return live
+
+    def _next_row(self, d: int) -> np.ndarray:
+        """Position ``d``'s next position per byte class, as an array (the transition table's copy
+        of the rule automata when it has one)."""
+        table = getattr(self.space, "table", None)
+        rows = getattr(table, "_next_pos", None)
+        if rows is not None and d < len(rows):
+            return rows[d]
+        return np.asarray(self.space.a.byte_next[d])
 
     def live_bytes(self, node: "Node") -> tuple[int, ...]:
         """The bytes some item of ``node`` can read next (from the rule automata alone: no closures)."""

@@ -49,6 +49,7 @@ class MaskAssembler:
         self.zeros = np.zeros(cg.n_words, np.uint32)
         self.node_memo: dict[int, np.ndarray] = {}
         self._esc_memo: dict[tuple[int, int], np.ndarray] = {}
+        self._acc_memo: dict[tuple[int, ...], np.ndarray] = {}
         self._opaque_memo: dict[tuple[int, int], tuple] = {}
         self._ctx_memo: dict[tuple[int, int], tuple] = {}
         self._walk_memo: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
@@ -72,29 +73,32 @@ class MaskAssembler:
         return bits
 
     def _compute(self, node: Node) -> np.ndarray:
-        cg, a = self.cg, self.space.a
+        cg, a, zeros = self.cg, self.space.a, self.zeros
         has_escape = self._has_escape
         if has_escape is None:
             has_escape = self._escape_positions()
-        parts = []
-        ds = [d for d, _ in node.scan]
-        if ds:
-            parts.append(np.bitwise_or.reduce(cg.acc_bits[ds], axis=0) if len(ds) > 1 else cg.acc_bits[ds[0]])
-        for d, ctx in node.scan:
+        scan = node.scan
+        if len(scan) == 1:
+            out = cg.acc_bits[scan[0][0]].copy()
+        elif scan:
+            ds = tuple(d for d, _ in scan)           # states that differ by their contexts alone share it
+            acc = self._acc_memo.get(ds)
+            if acc is None:
+                acc = self._acc_memo[ds] = np.bitwise_or.reduce(cg.acc_bits[list(ds)], axis=0)
+            out = acc.copy()
+        else:
+            out = zeros.copy()
+        for d, ctx in scan:
             if has_escape[d] and ctx.returns:
                 bits = self._escape_bits(d, ctx)
-                if bits is not self.zeros:
-                    parts.append(bits)
+                if bits is not zeros:
+                    np.bitwise_or(out, bits, out=out)
         for d, _ctx in node.tok:
             for k, _t in a.tokens[d]:
-                parts.append(cg.token_ref_bits[k])
+                np.bitwise_or(out, cg.token_ref_bits[k], out=out)
         if node.accepting:
-            parts.append(cg.eog_bits)
-        if not parts:
-            return self.zeros.copy()
-        if len(parts) == 1:
-            return parts[0].copy()
-        return np.bitwise_or.reduce(parts, axis=0) if len(parts) > 2 else parts[0] | parts[1]
+            np.bitwise_or(out, cg.eog_bits, out=out)
+        return out
 
     def _escape_positions(self) -> list[bool]:
         """Per position: can its rule end within a token (so its callers' continuation matters)?"""
@@ -158,7 +162,7 @@ class MaskAssembler:
                     bits, up = self._ctx_bits(e, c)
                     parts.append(bits)
                     escs.update(up)
-            hit = (self._or(parts), tuple(sorted(escs)))
+            hit = (self._or(parts), tuple(sorted(escs)) if escs else ())
         finally:
             self._in_progress.discard(key)
         if not self._tainted:
@@ -189,7 +193,7 @@ class MaskAssembler:
                     bits, up = self._ctx_bits(n2_id, c2)
                     parts.append(bits)
                     escs.update(up)
-            hit = (self._or(parts), tuple(sorted(escs)))
+            hit = (self._or(parts), tuple(sorted(escs)) if escs else ())
         finally:
             self._in_progress_nodes.discard(key)
         if not self._tainted:
