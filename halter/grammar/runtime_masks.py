@@ -238,7 +238,11 @@ class MaskAssembler:
             for t in toks[f:f + count[r]]:
                 words[t >> 5] = words.get(t >> 5, 0) | (1 << (t & 31))
         bits = np.zeros(self.cg.n_words, np.uint32)
-        bits[list(words)] = list(words.values())
+        if len(words) <= 16:                    # few words: item by item beats a fancy assignment
+            for w, v in words.items():
+                bits[w] = v
+        else:
+            bits[list(words)] = list(words.values())
         return bits
 
     # -- trie node sets ----------------------------------------------------------------------
