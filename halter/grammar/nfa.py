@@ -80,9 +80,7 @@ class NfaBuilder:
         def exp_size(n: str) -> int:
             if n not in expanded:
                 expanded[n] = 1 << 30          # guard (recursive rules are never expanded)
-                own = self.size(self.rules[n])
-                extra = sum(exp_size(r) - 1 for r in refs[n] if r in self.inline)
-                expanded[n] = own + extra
+                expanded[n] = self.size(self.rules[n], lambda r: exp_size(r) if r in self.inline else 1)
             return expanded[n]
 
         # Only rules that are leaves once their own callees are expanded: expanding a rule that still
@@ -122,23 +120,36 @@ class NfaBuilder:
         finally:
             sys.setrecursionlimit(limit)
 
-    def size(self, expr: Expr) -> int:
+    def size(self, expr: Expr, ref_size=None) -> int:
+        """Estimated NFA states of ``expr``; a rule call counts ``ref_size(name)`` (default 1), so
+        inlined callees count once per occurrence, repeats included."""
+        if ref_size is not None:
+            return self._size(expr, ref_size, {})
         key = id(expr)
         if key not in self._size_cache:
+            self._size_cache[key] = self._size(expr, lambda r: 1, {})
+        return self._size_cache[key]
+
+    def _size(self, expr: Expr, ref_size, memo: dict) -> int:
+        key = id(expr)
+        n = memo.get(key)
+        if n is None:
             if isinstance(expr, Literal):
                 n = len(expr.text.encode()) + 1
             elif isinstance(expr, (CharClass, AnyChar)):
                 n = 8
             elif isinstance(expr, Seq):
-                n = sum(self.size(i) for i in expr.items)
+                n = sum(self._size(i, ref_size, memo) for i in expr.items)
             elif isinstance(expr, Alt):
-                n = sum(self.size(i) for i in expr.options) + 2
+                n = sum(self._size(i, ref_size, memo) for i in expr.options) + 2
             elif isinstance(expr, Repeat):
-                n = self.size(expr.expr) * max(expr.min, expr.max or 1, 1) + 2
+                n = self._size(expr.expr, ref_size, memo) * max(expr.min, expr.max or 1, 1) + 2
+            elif isinstance(expr, RuleRef):
+                n = ref_size(expr.name)
             else:
                 n = 1
-            self._size_cache[key] = n
-        return self._size_cache[key]
+            memo[key] = n
+        return n
 
     def emit(self, nfa: Nfa, expr: Expr, s: int, e: int, rule: str) -> None:
         """Add paths from ``s`` to ``e`` spelling ``expr``.
