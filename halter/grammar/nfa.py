@@ -16,6 +16,7 @@ EPS, BYTES, CALL, TOKEN = 0, 1, 2, 3
 MAX_INLINE_REPEAT_STATES = 4000  # bigger repetitions call an auxiliary rule instead of unrolling
 INLINE_MAX_STATES = 400          # non-recursive rules this small are expanded where they are used
 INLINE_ONCE_MAX_STATES = 4000    # ... and bigger ones too when they are used only once
+INLINE_TINY_STATES = 24          # rules this small are expanded even when they call big leaf rules
 SHARE_MIN_STATES = 16            # subexpressions this big are built once per (expression, end state)
 
 
@@ -86,19 +87,50 @@ class NfaBuilder:
         # Only rules that are leaves once their own callees are expanded: expanding a rule that still
         # calls others would copy its positions into every caller (an object's key/value rule into
         # each of the many "properties seen so far" rules a schema makes) for no gain.
+        # One exception, decided first: a *tiny* rule whose callees are leaves, one of them too big
+        # to expand (``ws ::= ([\t ] ws-blank | ws-nl)?``). Expanding it lets the common tokens run
+        # through it (`` "``, ``": "``) without leaving the caller, and so without masks that depend
+        # on the caller; its callees are expanded into it only if it stays tiny.
         self.inline = set()
-        changed = True
-        while changed:
-            changed = False
-            for n in self.rules:
-                if n in self.inline or n == root or n in recursive:
-                    continue
-                if any(r not in self.inline for r in refs[n]):
-                    continue
-                size = exp_size(n)
-                if size <= INLINE_MAX_STATES or (counts.get(n, 0) == 1 and size <= INLINE_ONCE_MAX_STATES):
+        callers: dict[str, set[str]] = {}
+        for n, rs in refs.items():
+            for r in rs:
+                callers.setdefault(r, set()).add(n)
+        tiny: set[str] = set()
+        for n in self.rules:
+            if n != root and n not in recursive and refs[n] and not any(refs.get(r) for r in refs[n]) \
+                    and any(self.size(self.rules[r]) > INLINE_MAX_STATES for r in refs[n]) \
+                    and self.size(self.rules[n]) <= INLINE_TINY_STATES:
+                tiny.add(n)
+        self.inline |= tiny
+        leaves_out: dict[str, bool] = {}
+
+        def calls_out(n: str) -> bool:
+            """Does rule ``n``, with its inlined callees expanded, still call other rules?"""
+            hit = leaves_out.get(n)
+            if hit is None:
+                hit = leaves_out[n] = any(r not in self.inline or calls_out(r) for r in refs[n])
+            return hit
+
+        for once in (False, True):      # rules used once, however big, only after the small ones
+            changed = True
+            while changed:
+                changed = False
+                for n in self.rules:
+                    if n in self.inline or n == root or n in recursive or calls_out(n):
+                        continue
+                    size = exp_size(n)
+                    if any(c in tiny for c in callers.get(n, ())) and size > INLINE_TINY_STATES:
+                        continue
+                    if once:
+                        if counts.get(n, 0) != 1 or size > INLINE_ONCE_MAX_STATES \
+                                or any(c in self.inline for c in callers.get(n, ())):
+                            continue
+                    elif size > INLINE_MAX_STATES:
+                        continue
                     self.inline.add(n)
                     expanded.clear()
+                    leaves_out.clear()
                     changed = True
 
     def build_all(self, root: str) -> None:

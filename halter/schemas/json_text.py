@@ -147,10 +147,11 @@ class JsonText:
         """Optional whitespace between tokens: none, 1-4 spaces/tabs, or a newline + indentation."""
         if self.compact:
             return Literal("")
-        body = Repeat(alt(Repeat(CharClass(((0x09, 0x09), (0x20, 0x20))), 1, 4),
-                          cat(Repeat(Literal("\r"), 0, 1), Literal("\n"),
-                              Repeat(CharClass(((0x09, 0x09), (0x20, 0x20))), 0, MAX_INDENT))), 0, 1)
-        return self.rules.fixed("ws", body)
+        blank = CharClass(((0x09, 0x09), (0x20, 0x20)))
+        newline = self.rules.fixed("ws-nl", cat(Repeat(Literal("\r"), 0, 1), Literal("\n"),
+                                                Repeat(blank, 0, MAX_INDENT)))
+        more = self.rules.fixed("ws-blank", Repeat(blank, 0, 3))
+        return self.rules.fixed("ws", Repeat(alt(cat(blank, more), newline), 0, 1))
 
     def tok(self, text: str) -> Expr:
         """A structural token followed by optional whitespace."""

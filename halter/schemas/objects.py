@@ -97,7 +97,13 @@ class ObjectBuilder:
 
     def member(self, key: Expr, value: Expr) -> Expr:
         ws = self.js.ws()
-        return cat(key, ws, Literal(":"), ws, value, ws)
+        tail = cat(ws, Literal(":"), ws, value, ws)
+        if isinstance(key, Literal):
+            return cat(key, tail)
+        # a key rule (keys other than the named ones, patternProperties) may end inside a token
+        # (``":``): what follows is one rule shared by every object with the same value schema,
+        # so the masks that depend on it are computed once, not once per object
+        return cat(key, self.rules.add("member-value", tail))
 
     def build(self, spec: ObjectSpec) -> Expr | None:
         js = self.js
