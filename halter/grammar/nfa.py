@@ -54,7 +54,8 @@ class NfaBuilder:
         return self.index[name]
 
     def plan_inlining(self, root: str) -> None:
-        """Choose the rules to expand in place of their calls: small, non-recursive leaves.
+        """Choose the rules to expand in place of their calls: small, non-recursive leaves, tiny
+        rules that call only leaves (``ws``), and big rules used once.
 
         Inlining a leaf like ``char ::= [^"\\] | "\\" ...`` into ``string ::= "\"" char* "\""`` keeps
         the string body inside one DFA, so tokens never leave and re-enter a rule at every character
