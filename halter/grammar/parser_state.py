@@ -63,6 +63,11 @@ BOTTOM_ID, OPAQUE_ID = 0, 1
 ENDS_ROOT, ESCAPES = 1, 2
 
 
+def _meaning(flags: int, returns) -> tuple:
+    """The interning key of a context by what it does: its flags and the places it returns to."""
+    return ("returns", flags, frozenset((after, c.id) for after, c in returns))
+
+
 class StateSpace:
     """Builds, interns and steps parser states for one compiled grammar."""
 
@@ -78,6 +83,12 @@ class StateSpace:
         self._ret_nodes: dict[int, Node] = {}
         self._opaque_nodes: dict[int, Node] = {}
         self._single: dict[tuple[int, int], Node] = {}     # (position, context id) -> its closure
+        # contexts are also interned by meaning: (flags, returns); see _resolver
+        self._ctx_table[_meaning(ENDS_ROOT, ())] = self.bottom
+        self._ctx_table[_meaning(ESCAPES, ())] = self.opaque
+        # a call whose return position is a pure end (the rule can only stop there) is a tail call
+        self._tail = [automata.accepting[p] and not automata.has_bytes[p] and not automata.calls[p]
+                      and not automata.tokens[p] for p in range(automata.n_positions)]
         self.opaque_ids = np.full(automata.n_positions, -1, dtype=np.int32)   # position -> opaque node id
         self.initial = self.closure([(automata.start[automata.root], self.bottom)])
 
@@ -99,9 +110,10 @@ class StateSpace:
         the rule's int index until the closure is done, then interned by meaning.
         """
         a = self.a
-        calls, accepting_pos, nullable, start = a.calls, a.accepting, a.nullable, a.start
+        calls, accepting_pos, nullable, start, tail = a.calls, a.accepting, a.nullable, a.start, self._tail
         seen: set = set()
         waiting: dict[int, set] = {}
+        aliases: dict[int, set] = {}     # rule -> contexts it was tail-called in: it returns where they do
         work = list(kernel)
         root_done = escaped = False
         while work:
@@ -116,7 +128,11 @@ class StateSpace:
                     w = waiting[rule] = set()
                     work.append((start[rule], rule))
                 ret = (after, ref)
-                if ret not in w:
+                if tail[after]:
+                    aliases.setdefault(rule, set()).add(ref)
+                    if nullable[rule]:
+                        work.append(ret)
+                elif ret not in w:
                     w.add(ret)
                     if nullable[rule]:
                         work.append(ret)
@@ -130,7 +146,7 @@ class StateSpace:
         tok_raw = [it for it in seen if tokens[it[0]]]
         if not scan_raw and not tok_raw and not root_done and not escaped:
             return self.dead
-        resolve = self._resolver(waiting, scan_raw, tok_raw)
+        resolve = self._resolver(waiting, aliases, scan_raw, tok_raw)
         scan = self._merge((d, resolve(r)) for d, r in scan_raw)
         tok = self._merge((d, resolve(r)) for d, r in tok_raw)
         return self._make_node(scan, tok, root_done, escaped)
@@ -156,17 +172,30 @@ class StateSpace:
         for c in ctxs:
             flags |= c.flags
             returns.update(c.returns)
-        key = ("union", flags, frozenset((after, c.id) for after, c in returns))
+        return self._by_meaning(flags, returns)
+
+    def _by_meaning(self, flags: int, returns) -> Ctx:
+        """The context that returns to ``returns`` (real contexts) with ``flags``, made if new."""
+        key = _meaning(flags, returns)
         ctx = self._ctx_table.get(key)
         if ctx is None:
             ctx = Ctx(len(self._ctx_table) + 2, tuple(sorted(returns, key=lambda x: (x[0], x[1].id))), flags)
             self._ctx_table[key] = ctx
         return ctx
 
-    def _resolver(self, waiting: dict[int, set], scan_raw: list, tok_raw: list):
-        """Intern the local contexts the kept items need; return ref -> Ctx."""
+    def _resolver(self, waiting: dict[int, set], aliases: dict[int, set], scan_raw: list, tok_raw: list):
+        """Intern the local contexts the kept items need; return ref -> Ctx.
+
+        A rule's context is where it returns: the ``waiting`` places, plus — for each context it
+        was tail-called in (``aliases``: the call was the caller's last step) — wherever that one
+        returns, so loops written as right recursion (``items ::= "," item items | "]"``) keep one
+        context instead of growing the stack by a level per round.
+        """
         needed: list[int] = []
         seen_rules: set[int] = set()
+        eff: dict[int, set] = {}
+        eff_flags: dict[int, int] = {}
+        sole: dict[int, Ctx] = {}
         stack = [r for _, r in scan_raw if type(r) is int] + [r for _, r in tok_raw if type(r) is int]
         while stack:
             r = stack.pop()
@@ -174,34 +203,57 @@ class StateSpace:
                 continue
             seen_rules.add(r)
             needed.append(r)
-            stack.extend(ref for _, ref in waiting[r] if type(ref) is int)
+            returns, flags = set(waiting[r]), 0
+            if r in aliases:                   # follow tail calls through local rules, then to real contexts
+                done, todo, real = {r}, list(aliases[r]), set()
+                while todo:
+                    x = todo.pop()
+                    if type(x) is int:
+                        if x not in done:
+                            done.add(x)
+                            returns.update(waiting[x])
+                            todo.extend(aliases.get(x, ()))
+                    elif x not in real:
+                        real.add(x)
+                        returns.update(x.returns)
+                        flags |= x.flags
+                if len(real) == 1 and all(not waiting[x] for x in done):
+                    sole[r] = next(iter(real))  # only ever tail-called: it returns where its caller does
+            eff[r], eff_flags[r] = returns, flags
+            stack.extend(ref for _, ref in returns if type(ref) is int)
         if not needed:
             return lambda ref: ref
 
         def enc(ref) -> int:
             return ~ref if type(ref) is int else ref.id
 
-        local_sig = {r: frozenset((after, enc(ref)) for after, ref in waiting[r]) for r in needed}
+        local_sig = {r: (eff_flags[r], frozenset((after, enc(ref)) for after, ref in eff[r])) for r in needed}
         resolved: dict[int, Ctx] = {}
         fresh: list[int] = []
         for r in needed:
+            if r in sole:
+                resolved[r] = sole[r]
+                continue
+            if r in aliases and all(type(ref) is not int for _, ref in eff[r]):
+                resolved[r] = self._by_meaning(eff_flags[r], eff[r])
+                continue
             reach, stack2 = set(), [r]
             while stack2:
                 x = stack2.pop()
                 if x in reach:
                     continue
                 reach.add(x)
-                stack2.extend(ref for _, ref in waiting[x] if type(ref) is int)
+                stack2.extend(ref for _, ref in eff[x] if type(ref) is int)
             key = (r, frozenset((x, local_sig[x]) for x in reach))
             ctx = self._ctx_table.get(key)
             if ctx is None:
-                ctx = Ctx(len(self._ctx_table) + 2)
+                ctx = Ctx(len(self._ctx_table) + 2, flags=eff_flags[r])
                 self._ctx_table[key] = ctx
                 fresh.append(r)
             resolved[r] = ctx
         for r in fresh:
-            resolved[r].returns = tuple((after, resolved[ref] if type(ref) is int else ref)
-                                        for after, ref in waiting[r])
+            ctx = resolved[r]
+            ctx.returns = tuple((after, resolved[ref] if type(ref) is int else ref) for after, ref in eff[r])
         return lambda ref: resolved[ref] if type(ref) is int else ref
 
     # -- stepping ----------------------------------------------------------------------------
