@@ -1,6 +1,7 @@
 """``CompiledGrammar``: a grammar's precomputed token tables for one vocabulary, with an on-disk cache.
 
-Compiling walks the token trie once per grammar position (see ``masks``). The result depends only on
+Compiling walks the token trie from every grammar position, 64 at a time, with the walks of a batch
+merged where they meet (see ``masks.walk_trie_batch``). The result depends only on
 the grammar and the vocabulary, so it is saved under ``$HALTER_CACHE_DIR`` (default
 ``~/.cache/halter``) keyed by both, and the second compile of the same pair just loads arrays.
 """
@@ -17,7 +18,7 @@ import numpy as np
 
 from halter.errors import GrammarError
 from halter.grammar.automaton import AUTOMATON_VERSION
-from halter.grammar.masks import TransitionTable, pack_bits, walk_trie_batch
+from halter.grammar.masks import BATCH, TransitionTable, owner_bits, owners_to_rows, pack_bits, walk_trie_batch
 from halter.grammar.parser_state import Node
 from halter.grammar.runtime_masks import MaskAssembler
 from halter.grammar.trie import TokenTrie
@@ -94,18 +95,27 @@ class CompiledGrammar:
         positions = [d for d in range(a.n_positions) if a.has_bytes[d]]
         t0 = time.perf_counter()
         esc_pos, esc_nodes = [], []
-        batch = 64
+        batch = BATCH
+        n_bits = self.n_words * 32
         for b0 in range(0, len(positions), batch):
             chunk = positions[b0:b0 + batch]
-            ok_s, ok_r, es, en = walk_trie_batch(self.table, trie, [space.opaque_node(d) for d in chunk])
-            tok, which = trie.tokens_of_rows(ok_r)
-            owner = ok_s[which]
-            grid = np.zeros((len(chunk), self.n_words * 32), dtype=bool)
-            grid[owner, tok] = True
-            packed = np.packbits(grid, axis=1, bitorder="little").view("<u4")
-            self.acc_bits[chunk] = packed
-            esc_pos.append(np.asarray(chunk, dtype=np.int64)[es])
-            esc_nodes.append(en)
+            (rows, row_owners), (en, en_owners) = walk_trie_batch(self.table, trie, [space.opaque_node(d) for d in chunk])
+            if len(rows) > 1:                 # a row reached in several states: one mask, ORed
+                order = np.argsort(rows, kind="stable")
+                rows = rows[order]
+                first_of = np.empty(len(rows), dtype=bool)
+                first_of[0] = True
+                np.not_equal(rows[1:], rows[:-1], out=first_of[1:])
+                at = np.flatnonzero(first_of)
+                row_owners = np.bitwise_or.reduceat(row_owners[order], at) if len(at) < len(rows) else row_owners[order]
+                rows = rows[at]
+            tok, which = trie.tokens_of_rows(rows)
+            by_token = np.zeros(n_bits, dtype=np.uint64)          # per token: the starts that read it
+            by_token[tok] = row_owners[which]
+            self.acc_bits[chunk] = owners_to_rows(by_token, len(chunk))
+            which_esc, owner = np.nonzero(owner_bits(en_owners, len(chunk)))
+            esc_pos.append(np.asarray(chunk, dtype=np.int64)[owner])
+            esc_nodes.append(en[which_esc])
             elapsed = time.perf_counter() - t0
             done = b0 + batch >= len(positions)
             if progress or (progress is None and elapsed > 1.0):
@@ -113,7 +123,14 @@ class CompiledGrammar:
                       f"{min(b0 + batch, len(positions))}/{len(positions)} positions, {elapsed:.1f}s",
                       end="\n" if done else "\r", file=sys.stderr, flush=True)
         ep = np.concatenate(esc_pos) if esc_pos else np.zeros(0, dtype=np.int64)
-        self.esc_nodes = np.concatenate(esc_nodes) if esc_nodes else np.zeros(0, dtype=np.int64)
+        en = np.concatenate(esc_nodes) if esc_nodes else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((en, ep))                   # by position, then trie node; a node once each
+        ep, en = ep[order], en[order]
+        if len(ep):
+            first_of = np.ones(len(ep), dtype=bool)
+            first_of[1:] = (ep[1:] != ep[:-1]) | (en[1:] != en[:-1])
+            ep, en = ep[first_of], en[first_of]
+        self.esc_nodes = en
         counts = np.bincount(ep, minlength=a.n_positions)
         np.cumsum(counts, out=self.esc_start[1:])
 
