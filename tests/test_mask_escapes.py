@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from halter import Grammar, Vocabulary
+from halter.schemas import json_schema_to_gbnf
 
 GRAMMARS = {
     # a counted string as schema grammars spell it: nullable doubling rules
@@ -77,3 +78,21 @@ def test_counted_string_schema_masks_match_brute_force():
                                   "required": ["s"], "additionalProperties": False})
     vocab = alphabet_vocab(b'ab"{}:, s', max_len=3)
     assert check_walks(g, vocab, seeds=3, steps=20) == 60
+
+
+@pytest.mark.parametrize("fmt", ["ipv4", "date", "email"])
+def test_format_rules_end_only_after_their_closing_quote(fmt):
+    """A format is one shared rule that includes the closing quote, so tokens inside the string stay
+    in the rule (precomputed) instead of ending it after every character (resolved at run time)."""
+    schema = {"type": "array", "items": {"type": "string", "format": fmt}}
+    gbnf = json_schema_to_gbnf(schema)
+    rule = next(line for line in gbnf.splitlines() if line.startswith(f"format-{fmt} ::= "))
+    assert rule.endswith('"\\""'), rule
+    g = Grammar.from_gbnf(gbnf)
+    cg = g.compile(alphabet_vocab(b'0123.-:@a"[], ', max_len=3), cache=False)
+    a, trie = cg.space.a, cg.trie
+    for d in range(a.n_positions):       # where the rule is not inlined into its callers
+        if a.rule_names[a.rule_of[d]] == f"format-{fmt}":
+            for node in cg.esc_nodes[cg.esc_start[d]:cg.esc_start[d + 1]].tolist():
+                assert trie.byte[node] == ord('"'), (d, node)
+    check_walks(g, cg.vocab, seeds=2, steps=15)

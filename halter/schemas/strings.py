@@ -187,8 +187,11 @@ class StringBuilder:
             else:
                 expr = fitted
         body = js.encode_expr(expr)
-        if kw == "format" and isinstance(fmt, str):       # one shared rule per format
-            body = js.rules.add(f"format-{fmt}", body)
+        if kw == "format" and isinstance(fmt, str):
+            # one shared rule per format, closing quote included: the rule can then only end right
+            # after a '"', not after any character (every token would escape it, to be resolved
+            # against the caller at run time)
+            return cat(Literal('"'), js.rules.add(f"format-{fmt}", cat(body, Literal('"'))))
         return cat(Literal('"'), body, Literal('"'))
 
 
