@@ -14,8 +14,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:
     from halter.grammar.parser_state import Node, StateSpace
     from halter.grammar.trie import TokenTrie
@@ -32,7 +30,9 @@ class NarrowWalker:
     def __init__(self, space: "StateSpace", trie: "TokenTrie") -> None:
         self.space = space
         self.class_of = list(space.class_of)
-        self._class_arr = np.asarray(self.class_of, dtype=np.int64)
+        self._bytes_of_class: list[list[int]] = [[] for _ in range(space.a.n_classes)]
+        for b, c in enumerate(self.class_of):
+            self._bytes_of_class[c].append(b)
         self._pos_bytes: dict[int, tuple[int, ...]] = {}
         self._live: dict[int, tuple[int, ...]] = {}
         self.child_lo = memoryview(trie.child_lo).cast("B").cast("q")
@@ -45,18 +45,10 @@ class NarrowWalker:
     def _position_bytes(self, d: int) -> tuple[int, ...]:
         live = self._pos_bytes.get(d)
         if live is None:
-            row = self._next_row(d)
-            live = self._pos_bytes[d] = tuple(np.flatnonzero(row[self._class_arr] >= 0).tolist())
+            by_class = self._bytes_of_class
+            parts = [by_class[c] for c, t in enumerate(self.space.a.byte_next[d]) if t >= 0]
+            live = self._pos_bytes[d] = tuple(sorted(b for part in parts for b in part))
         return live
-
-    def _next_row(self, d: int) -> np.ndarray:
-        """Position ``d``'s next position per byte class, as an array (the transition table's copy
-        of the rule automata when it has one)."""
-        table = getattr(self.space, "table", None)
-        rows = getattr(table, "_next_pos", None)
-        if rows is not None and d < len(rows):
-            return rows[d]
-        return np.asarray(self.space.a.byte_next[d])
 
     def live_bytes(self, node: "Node") -> tuple[int, ...]:
         """The bytes some item of ``node`` can read next (from the rule automata alone: no closures)."""
@@ -78,10 +70,10 @@ class NarrowWalker:
         """
         if len(nodes) > MAX_START_NODES:
             return False
-        if len(self.live_bytes(start)) < WIDE_LIVE_BYTES:
-            return True
         lo, hi = self.row_lo, self.row_hi
-        return sum(hi[n] - lo[n] for n in nodes) < WIDE_ROWS
+        if sum(hi[n] - lo[n] for n in nodes) < WIDE_ROWS:
+            return True
+        return len(self.live_bytes(start)) < WIDE_LIVE_BYTES
 
     def walk(self, start: "Node", nodes, want_escapes: bool) -> tuple[list[int], list[int]]:
         """(rows below ``nodes`` readable from ``start``, escape points met), like ``walk_subtrees``."""

@@ -84,7 +84,14 @@ class MaskAssembler:
             ds = tuple(d for d, _ in scan)           # states that differ by their contexts alone share it
             acc = self._acc_memo.get(ds)
             if acc is None:
-                acc = self._acc_memo[ds] = np.bitwise_or.reduce(cg.acc_bits[list(ds)], axis=0)
+                rows = cg.acc_bits
+                if len(ds) <= 4:                     # a few rows: ORs in place beat a gather and reduce
+                    acc = rows[ds[0]] | rows[ds[1]]
+                    for d in ds[2:]:
+                        np.bitwise_or(acc, rows[d], out=acc)
+                else:
+                    acc = np.bitwise_or.reduce(rows[list(ds)], axis=0)
+                self._acc_memo[ds] = acc
             out = acc.copy()
         else:
             out = zeros.copy()
