@@ -19,7 +19,7 @@ from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
-AUTOMATON_VERSION = "8"
+AUTOMATON_VERSION = "9"
 
 
 @dataclass
@@ -30,7 +30,7 @@ class RuleAutomata:
     start: list[int]                       # rule -> its start position
     rule_of: list[int]                     # position -> rule
     accepting: list[bool]                  # position -> the rule may end here
-    byte_next: list[list[int]]             # position -> next position per byte class (-1: none)
+    byte_next: list[tuple[int, ...]]       # position -> next position per byte class (-1: none)
     calls: list[tuple[tuple[int, int], ...]]    # position -> ((rule, position after the call), ...)
     tokens: list[tuple[tuple[int, int], ...]]   # position -> ((token-ref index, next position), ...)
     token_refs: list[TokenRef]
@@ -223,7 +223,7 @@ def build_automata(rules: dict[str, Expr], root: str) -> RuleAutomata:
         for q in range(len(acc)):
             rule_of.append(r)
             accepting.append(acc[q])
-            byte_next.append([t + off if t >= 0 else -1 for t in bn[q]])
+            byte_next.append(tuple([t + off if t >= 0 else -1 for t in bn[q]]))
             calls.append(tuple((rr, t + off) for rr, t in cl[q]))
             tokens.append(tuple((k, t + off) for k, t in tk[q]))
     nullable = _nullable(per_rule)

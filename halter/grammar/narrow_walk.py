@@ -77,7 +77,7 @@ class NarrowWalker:
 
     def walk(self, start: "Node", nodes, want_escapes: bool) -> tuple[list[int], list[int]]:
         """(rows below ``nodes`` readable from ``start``, escape points met), like ``walk_subtrees``."""
-        step_class = self.space.step_class
+        step_class, states = self.space.step_class, self.space.nodes
         class_of, child_lo, child_hi = self.class_of, self.child_lo, self.child_hi
         node_row, byte = self.node_row, self.byte
         found: list[int] = []
@@ -101,9 +101,10 @@ class NarrowWalker:
             nexts = state.next
             for k in kids:
                 c = class_of[byte[k]]
-                nxt = nexts[c]
-                if nxt is None:
-                    nxt = step_class(state, c)
+                nid = nexts[c]
+                if nid == 0:
+                    continue
+                nxt = states[nid] if nid > 0 else step_class(state, c)
                 if nxt.id == 0:
                     continue
                 r = node_row[k]

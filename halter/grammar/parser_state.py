@@ -14,6 +14,8 @@ stack). Nodes are interned too, so a node is its own canonical key and transitio
 """
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from halter.grammar.automaton import RuleAutomata
@@ -38,17 +40,20 @@ class Ctx:
 
 
 class Node:
-    """An interned parser state. ``scan`` items can read bytes, ``tok`` items can read token refs."""
+    """An interned parser state. ``scan`` items can read bytes, ``tok`` items can read token refs.
+
+    ``scan`` and ``tok`` hold one item per position, sorted by position (``StateSpace._merge``).
+    """
     __slots__ = ("id", "scan", "tok", "accepting", "escaped", "next", "mask")
 
     def __init__(self, nid: int, scan: tuple, tok: tuple, accepting: bool, escaped: bool,
-                 n_classes: int) -> None:
+                 unknown: array) -> None:
         self.id = nid
         self.scan = scan            # ((position, Ctx), ...)
         self.tok = tok              # ((position, Ctx), ...)
         self.accepting = accepting
         self.escaped = escaped
-        self.next: list = [None] * n_classes   # byte class -> Node (memoised transitions)
+        self.next = unknown[:]      # byte class -> next node's id (memoised transitions; -1: not yet)
         self.mask = None            # memoised token bitmask (set by the token side)
 
     @property
@@ -65,7 +70,11 @@ ENDS_ROOT, ESCAPES = 1, 2
 
 def _meaning(flags: int, returns) -> tuple:
     """The interning key of a context by what it does: its flags and the places it returns to."""
-    return ("returns", flags, frozenset((after, c.id) for after, c in returns))
+    return ("returns", flags, tuple(sorted({(after, c.id) for after, c in returns})))
+
+
+def _same(ref):
+    return ref
 
 
 class StateSpace:
@@ -78,6 +87,7 @@ class StateSpace:
         self._ctx_table: dict[object, Ctx] = {}
         self._node_table: dict[object, Node] = {}
         self.nodes: list[Node] = []
+        self._unknown = array("i", [-1]) * automata.n_classes    # a node's transitions, none known yet
         self.dead = self._make_node((), (), False, False)
         self.class_of = automata.class_of
         self._ret_nodes: dict[int, Node] = {}
@@ -94,11 +104,10 @@ class StateSpace:
 
     # -- interning ---------------------------------------------------------------------------
     def _make_node(self, scan: tuple, tok: tuple, accepting: bool, escaped: bool) -> Node:
-        key = (frozenset((d, c.id) for d, c in scan), frozenset((d, c.id) for d, c in tok),
-               accepting, escaped)
+        key = (tuple([(d, c.id) for d, c in scan]), tuple([(d, c.id) for d, c in tok]), accepting, escaped)
         node = self._node_table.get(key)
         if node is None:
-            node = Node(len(self.nodes), scan, tok, accepting, escaped, self.a.n_classes)
+            node = Node(len(self.nodes), scan, tok, accepting, escaped, self._unknown)
             self._node_table[key] = node
             self.nodes.append(node)
         return node
@@ -111,6 +120,14 @@ class StateSpace:
         """
         a = self.a
         calls, accepting_pos, nullable, start, tail = a.calls, a.accepting, a.nullable, a.start, self._tail
+        if len(kernel) == 1:             # common while reading a literal: one item that neither calls nor ends
+            d, ref = kernel[0]
+            if not calls[d] and not accepting_pos[d] and type(ref) is not int:
+                item = ((d, ref),)
+                has_b, has_t = a.has_bytes[d], bool(a.tokens[d])
+                if not has_b and not has_t:
+                    return self.dead
+                return self._make_node(item if has_b else (), item if has_t else (), False, False)
         seen: set = set()
         waiting: dict[int, set] = {}
         aliases: dict[int, set] = {}     # rule -> contexts it was tail-called in: it returns where they do
@@ -191,6 +208,21 @@ class StateSpace:
         returns, so loops written as right recursion (``items ::= "," item items | "]"``) keep one
         context instead of growing the stack by a level per round.
         """
+        if not aliases:                  # the common case: one local rule, returning to real contexts
+            local = {r for _, r in scan_raw if type(r) is int}
+            local.update(r for _, r in tok_raw if type(r) is int)
+            if not local:
+                return _same
+            if len(local) == 1:
+                (r,) = local
+                returns = waiting[r]
+                if all(type(ref) is not int for _, ref in returns):
+                    sig = tuple(sorted([(after, ref.id) for after, ref in returns]))
+                    key = (r, ((r, (0, sig)),))          # the key the general path below makes
+                    ctx = self._ctx_table.get(key)
+                    if ctx is None:
+                        ctx = self._ctx_table[key] = Ctx(len(self._ctx_table) + 2, tuple(returns))
+                    return lambda ref: ctx if type(ref) is int else ref
         needed: list[int] = []
         seen_rules: set[int] = set()
         eff: dict[int, set] = {}
@@ -222,12 +254,13 @@ class StateSpace:
             eff[r], eff_flags[r] = returns, flags
             stack.extend(ref for _, ref in returns if type(ref) is int)
         if not needed:
-            return lambda ref: ref
+            return _same
 
         def enc(ref) -> int:
             return ~ref if type(ref) is int else ref.id
 
-        local_sig = {r: (eff_flags[r], frozenset((after, enc(ref)) for after, ref in eff[r])) for r in needed}
+        local_sig = {r: (eff_flags[r], tuple(sorted([(after, enc(ref)) for after, ref in eff[r]])))
+                     for r in needed}
         resolved: dict[int, Ctx] = {}
         fresh: list[int] = []
         for r in needed:
@@ -244,7 +277,7 @@ class StateSpace:
                     continue
                 reach.add(x)
                 stack2.extend(ref for _, ref in eff[x] if type(ref) is int)
-            key = (r, frozenset((x, local_sig[x]) for x in reach))
+            key = (r, tuple(sorted([(x, local_sig[x]) for x in reach])))
             ctx = self._ctx_table.get(key)
             if ctx is None:
                 ctx = Ctx(len(self._ctx_table) + 2, flags=eff_flags[r])
@@ -259,38 +292,38 @@ class StateSpace:
     # -- stepping ----------------------------------------------------------------------------
     def step_class(self, node: Node, cls: int) -> Node:
         """The node after reading one byte of class ``cls`` (memoised)."""
-        nxt = node.next[cls]
-        if nxt is None:
-            byte_next = self.a.byte_next
-            kernel = []
-            for d, c in node.scan:
-                t = byte_next[d][cls]
-                if t >= 0:
-                    kernel.append((t, c))
-            if len(kernel) == 1:             # most steps: one item moves on; many states share it
-                t, c = kernel[0]
-                if c is self.opaque:
-                    nxt = self.opaque_node(t)
-                else:
-                    key = (t, c.id)
-                    nxt = self._single.get(key)
-                    if nxt is None:
-                        nxt = self._single[key] = self.closure(kernel)
+        nid = node.next[cls]
+        if nid >= 0:
+            return self.nodes[nid]
+        byte_next = self.a.byte_next
+        kernel = []
+        for d, c in node.scan:
+            t = byte_next[d][cls]
+            if t >= 0:
+                kernel.append((t, c))
+        if len(kernel) == 1:             # most steps: one item moves on; many states share it
+            t, c = kernel[0]
+            if c is self.opaque:
+                nxt = self.opaque_node(t)
             else:
-                nxt = self.closure(kernel) if kernel else self.dead
-            node.next[cls] = nxt
+                key = (t, c.id)
+                nxt = self._single.get(key)
+                if nxt is None:
+                    nxt = self._single[key] = self.closure(kernel)
+        else:
+            nxt = self.closure(kernel) if kernel else self.dead
+        node.next[cls] = nxt.id
         return nxt
 
     def step_byte(self, node: Node, byte: int) -> Node:
-        nxt = node.next[self.class_of[byte]]
-        return nxt if nxt is not None else self.step_class(node, self.class_of[byte])
+        return self.step_class(node, self.class_of[byte])
 
     def step_bytes(self, node: Node, data: bytes) -> Node:
-        class_of = self.class_of
+        class_of, nodes = self.class_of, self.nodes
         for b in data:
             cls = class_of[b]
-            nxt = node.next[cls]
-            node = nxt if nxt is not None else self.step_class(node, cls)
+            nid = node.next[cls]
+            node = nodes[nid] if nid >= 0 else self.step_class(node, cls)
             if node.id == 0:
                 break
         return node

@@ -121,8 +121,10 @@ class TokenMatcher:
         return nxt
 
     def _union(self, a: Node, b: Node) -> Node:
-        return self._space._make_node(tuple(set(a.scan) | set(b.scan)), tuple(set(a.tok) | set(b.tok)),
-                                      a.accepting or b.accepting, a.escaped or b.escaped)
+        """The state holding both ``a``'s and ``b``'s items (one per position, as every node does)."""
+        space = self._space
+        return space._make_node(space._merge(set(a.scan + b.scan)), space._merge(set(a.tok + b.tok)),
+                                a.accepting or b.accepting, a.escaped or b.escaped)
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) if the grammar does not allow it."""
