@@ -3,8 +3,8 @@
 Each peer builds its tokenizer from halter's ``Vocabulary`` (the same token bytes, the same ids, the
 same end-of-generation ids), compiles a JSON Schema (``compile``: everything up to a matcher ready
 for the first token, the peer's schema-to-grammar conversion included) and replays a token id
-sequence (``walk``), timing only the mask fill before each token, then accepting the token (not
-timed). ``walk`` on an already walked matcher resets it first: the second walk is the peer's steady
+sequence (``walk``), timing the mask fill before each token (returned) and the token's accept apart
+(appended to ``accepts`` when given). ``walk`` on an already walked matcher resets it first: the second walk is the peer's steady
 state (whatever the peer keeps in the compiled grammar between generations is kept).
 
 Schema semantics are kept as close to halter's as each peer allows: whitespace is flexible
@@ -47,14 +47,19 @@ class XGrammarPeer:
         except Exception as e:  # noqa: BLE001 - any refusal is a skip
             raise PeerError(f"{type(e).__name__}: {str(e)[:100]}") from e
 
-    def walk(self, matcher, tokens: list[int]) -> list[float]:
+    def walk(self, matcher, tokens: list[int], accepts: list[float] | None = None) -> list[float]:
         matcher.reset()
         fill, bm, times = matcher.fill_next_token_bitmask, self.bitmask, []
+        acc = accepts if accepts is not None else []
         for tid in tokens:
             t0 = time.perf_counter()
             fill(bm)
-            times.append(time.perf_counter() - t0)
-            if not matcher.accept_token(tid):
+            t1 = time.perf_counter()
+            times.append(t1 - t0)
+            t1 = time.perf_counter()
+            ok = matcher.accept_token(tid)
+            acc.append(time.perf_counter() - t1)
+            if not ok:
                 raise PeerError(f"rejected token {tid} at step {len(times) - 1}")
         return times
 
@@ -93,14 +98,21 @@ class LLGuidancePeer:
             raise PeerError(matcher.get_error()[:100])
         return matcher
 
-    def walk(self, matcher, tokens: list[int]) -> list[float]:
+    def walk(self, matcher, tokens: list[int], accepts: list[float] | None = None) -> list[float]:
         matcher.reset()
         fill, bm, times = self._fill, self.bitmask, []
+        acc = accepts if accepts is not None else []
         for tid in tokens:
             t0 = time.perf_counter()
             fill(matcher, bm, 0)
-            times.append(time.perf_counter() - t0)
-            if matcher.is_error() or not matcher.consume_token(tid):
+            t1 = time.perf_counter()
+            times.append(t1 - t0)
+            if matcher.is_error():
+                raise PeerError(f"rejected token {tid} at step {len(times) - 1}: {matcher.get_error()[:80]}")
+            t1 = time.perf_counter()
+            ok = matcher.consume_token(tid)
+            acc.append(time.perf_counter() - t1)
+            if not ok:
                 raise PeerError(f"rejected token {tid} at step {len(times) - 1}: {matcher.get_error()[:80]}")
         return times
 

@@ -9,7 +9,9 @@ JSON grammar (``../shared/grammars/json.gbnf``), compiled afresh for each schema
 with no cached masks. Each sequence is replayed twice: the first pass pays for computing masks the
 first time a parser state is seen (what one generation with a new schema costs), the second reads
 them from the compiled grammar's caches (the steady state). Reported: compile time and mean/p95
-mask time per token for both grammars, and the schema/plain ratios.
+mask time per token for both grammars, and the schema/plain ratios; then, for the first pass, the
+``accept_token`` times too (timed apart from the fill: a first pass also pays for building each new
+parser state when a token is accepted, and so do the peers), alone and added to the fill.
 
 ``--interleave`` times halter's masks while choosing each token instead (the longest allowed token
 is searched between two fills, as this bench did before 2026-11-21): that search walks thousands of
@@ -21,8 +23,8 @@ llguidance (adapters in ``bench/peers_masks.py``; a peer that does not import is
 out), measured in the same run on the same schemas, the same vocabulary (their tokenizers are built
 from halter's ``Vocabulary``: same bytes, same ids) and the same token ids, replayed the same way:
 each peer fills its mask before each token (timed, the fill alone, like halter's) and accepts the
-token after. Each peer compiles each schema (timed, its schema-to-grammar conversion included;
-halter's compile column is ``compile`` alone, its conversion is printed apart) and walks the
+token after (timed apart). Each peer compiles each schema (timed, its schema-to-grammar conversion
+included; halter's compile column is ``compile`` alone, its conversion is printed apart) and walks the
 sequence twice: first pass and steady state. A peer that refuses a schema or rejects a token of
 the sequence skips that schema (counted); ratios halter/peer are taken on the schemas the peer
 completed, halter's schema-grammar times against the peer's.
@@ -100,15 +102,23 @@ def text_token_index(vocab) -> dict[int, list[int]]:
     return index
 
 
-def replay(cg, tokens: list[int], bitmask: np.ndarray) -> list[float] | None:
-    """Mask times (seconds) while accepting ``tokens`` from the start; None if one is refused."""
+def replay(cg, tokens: list[int], bitmask: np.ndarray, accepts: list[float] | None = None) -> list[float] | None:
+    """Mask times (seconds) while accepting ``tokens`` from the start; None if one is refused.
+    ``accept_token`` times go to ``accepts`` when given."""
     tm = cg.matcher()
     fill, accept, times = tm.fill_bitmask, tm.accept_token, []
+    acc = accepts if accepts is not None else []
     for tid in tokens:
         t0 = time.perf_counter()
         fill(bitmask, 0)
-        times.append(time.perf_counter() - t0)
-        if not bitmask[0, tid >> 5] >> (tid & 31) & 1 or not accept(tid):
+        t1 = time.perf_counter()
+        times.append(t1 - t0)
+        if not bitmask[0, tid >> 5] >> (tid & 31) & 1:
+            return None
+        t1 = time.perf_counter()
+        ok = accept(tid)
+        acc.append(time.perf_counter() - t1)
+        if not ok:
             return None
     return times
 
@@ -130,7 +140,7 @@ def main() -> None:
         peers = load_peers(vocab, strict=args.strict)
     # per peer: compile times, first/second pass times, halter's on the same schemas, skip reasons
     peer_stats = {p.name: {"compile": [], "first": [], "second": [], "h_first": [], "h_second": [],
-                           "refused": 0, "rejected": 0} for p in peers}
+                           "accept": [], "h_accept": [], "refused": 0, "rejected": 0} for p in peers}
     convert: list[float] = []
     bitmask = allocate_bitmask(1, vocab.size)
     index = text_token_index(vocab)
@@ -143,6 +153,8 @@ def main() -> None:
     schema_times, plain_times, compiles, skipped = [], [], [], 0
     warm_schema: list[float] = []
     warm_plain: list[float] = []
+    schema_accepts: list[float] = []     # accept_token times, first pass
+    plain_accepts: list[float] = []
     for row in rows[::step][:args.schemas]:
         valid = [t["data"] for t in row["tests"] if t["valid"]]
         if not valid:
@@ -175,8 +187,10 @@ def main() -> None:
                 warm_plain += write_text(plain, vocab, text, bitmask) or []
         else:
             tokens = greedy_tokens(vocab, text, index) or []
-            st = replay(cg, tokens, bitmask) if tokens else None
-            pt = replay(plain, tokens, bitmask) if tokens else None
+            s_acc: list[float] = []
+            p_acc: list[float] = []
+            st = replay(cg, tokens, bitmask, s_acc) if tokens else None
+            pt = replay(plain, tokens, bitmask, p_acc) if tokens else None
             if st is not None and pt is not None:        # second pass: cached masks (steady state)
                 st2 = replay(cg, tokens, bitmask) or []
                 warm_schema += st2
@@ -191,6 +205,9 @@ def main() -> None:
                   f"vs {1000 * statistics.mean(pt):.3f} ms plain; {len(g.rules) if hasattr(g, 'rules') else '?'} rules")
         schema_times += st
         plain_times += pt
+        if not args.interleave:
+            schema_accepts += s_acc
+            plain_accepts += p_acc
         for peer in peers:  # the same schema, replaying the token ids halter chose in its first pass
             ps = peer_stats[peer.name]
             try:
@@ -202,8 +219,9 @@ def main() -> None:
                 if args.verbose:
                     print(f"  {row['id']}: {peer.name} refused the schema ({e})")
                 continue
+            p_acc = []
             try:
-                first = peer.walk(m, tokens)
+                first = peer.walk(m, tokens, p_acc)
                 second = peer.walk(m, tokens)
             except Exception as e:  # noqa: BLE001 - a peer failing must not stop the run
                 ps["rejected"] += 1
@@ -215,6 +233,9 @@ def main() -> None:
             ps["second"] += second
             ps["h_first"] += st
             ps["h_second"] += st2
+            if not args.interleave:
+                ps["accept"] += p_acc
+                ps["h_accept"] += s_acc
             if args.verbose:
                 print(f"  {row['id']}: {peer.name} compile {ctime:.3f} s, mask {1000 * statistics.mean(first):.3f} ms, "
                       f"second pass {1000 * statistics.mean(second):.3f} ms")
@@ -243,6 +264,34 @@ def main() -> None:
         if s and p:
             print(f"ratio schema/plain, {name}: mean {statistics.mean(s) / statistics.mean(p):.2f}x, "
                   f"p95 {np.percentile(s, 95) / np.percentile(p, 95):.2f}x")
+    if schema_accepts and plain_accepts:
+        # a first pass also pays accept_token, which builds each new parser state: fill + accept
+        print("\nfirst pass, accept_token alone and fill + accept per token:")
+        print("| grammar | accept (mean) | median | fill + accept (mean) | median | p95 |")
+        print("|---|---:|---:|---:|---:|---:|")
+        both = {}
+
+        def acc_row(name, fills, accepts):
+            xs = both[name] = [f + a for f, a in zip(fills, accepts)]
+            print(f"| {name} | {ms(accepts)} | {ms(accepts, 50)} | {ms(xs)} | {ms(xs, 50)} | {ms(xs, 95)} |")
+
+        acc_row("plain JSON (json.gbnf)", plain_times, plain_accepts)
+        acc_row("schema grammars", schema_times, schema_accepts)
+        for peer in peers:
+            ps = peer_stats[peer.name]
+            if ps["accept"]:
+                acc_row(f"{peer.name}, schemas", ps["first"], ps["accept"])
+        s_, p_ = both["schema grammars"], both["plain JSON (json.gbnf)"]
+        print(f"ratio schema/plain, fill + accept, first pass: mean {statistics.mean(s_) / statistics.mean(p_):.2f}x, "
+              f"median {np.percentile(s_, 50) / np.percentile(p_, 50):.2f}x")
+        for peer in peers:
+            ps = peer_stats[peer.name]
+            if ps["accept"]:
+                h = [f + a for f, a in zip(ps["h_first"], ps["h_accept"])]
+                p = both[f"{peer.name}, schemas"]
+                print(f"ratio halter/{peer.name}, fill + accept, first pass (same schemas, same tokens): "
+                      f"mean {statistics.mean(h) / statistics.mean(p):.2f}x, "
+                      f"median {np.percentile(h, 50) / np.percentile(p, 50):.2f}x")
     if peers and convert:
         print(f"halter schema -> grammar conversion (not in its compile column): mean {statistics.mean(convert):.3f} s")
     for peer in peers:

@@ -120,7 +120,7 @@ class StateSpace:
         """
         a = self.a
         calls, accepting_pos, nullable, start, tail = a.calls, a.accepting, a.nullable, a.start, self._tail
-        if len(kernel) == 1:             # common while reading a literal: one item that neither calls nor ends
+        if len(kernel) == 1:             # common inside a literal: one item that neither calls nor ends
             d, ref = kernel[0]
             if not calls[d] and not accepting_pos[d] and type(ref) is not int:
                 item = ((d, ref),)
