@@ -316,16 +316,21 @@ class StateSpace:
         return nxt
 
     def step_byte(self, node: Node, byte: int) -> Node:
-        return self.step_class(node, self.class_of[byte])
+        nid = node.next[self.class_of[byte]]
+        return self.nodes[nid] if nid >= 0 else self.step_class(node, self.class_of[byte])
 
     def step_bytes(self, node: Node, data: bytes) -> Node:
         class_of, nodes = self.class_of, self.nodes
         for b in data:
-            cls = class_of[b]
-            nid = node.next[cls]
-            node = nodes[nid] if nid >= 0 else self.step_class(node, cls)
-            if node.id == 0:
-                break
+            nid = node.next[class_of[b]]
+            if nid > 0:
+                node = nodes[nid]
+            elif nid == 0:
+                return self.dead
+            else:
+                node = self.step_class(node, class_of[b])
+                if node.id == 0:
+                    return node
         return node
 
     def step_token_ref(self, node: Node, matches) -> Node:
