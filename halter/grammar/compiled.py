@@ -18,7 +18,8 @@ import numpy as np
 
 from halter.errors import GrammarError
 from halter.grammar.automaton import AUTOMATON_VERSION
-from halter.grammar.masks import BATCH, TransitionTable, owner_bits, owners_to_rows, pack_bits, walk_trie_batch
+from halter.grammar.masks import (BATCH, TransitionTable, or_by_key, owner_bits, owners_to_rows, pack_bits,
+                                  walk_trie_batch)
 from halter.grammar.parser_state import Node
 from halter.grammar.runtime_masks import MaskAssembler
 from halter.grammar.trie import TokenTrie
@@ -101,14 +102,8 @@ class CompiledGrammar:
             chunk = positions[b0:b0 + batch]
             (rows, row_owners), (en, en_owners) = walk_trie_batch(self.table, trie, [space.opaque_node(d) for d in chunk])
             if len(rows) > 1:                 # a row reached in several states: one mask, ORed
-                order = np.argsort(rows, kind="stable")
-                rows = rows[order]
-                first_of = np.empty(len(rows), dtype=bool)
-                first_of[0] = True
-                np.not_equal(rows[1:], rows[:-1], out=first_of[1:])
-                at = np.flatnonzero(first_of)
-                row_owners = np.bitwise_or.reduceat(row_owners[order], at) if len(at) < len(rows) else row_owners[order]
-                rows = rows[at]
+                pick, row_owners = or_by_key(rows, row_owners)
+                rows = rows[pick]
             tok, which = trie.tokens_of_rows(rows)
             by_token = np.zeros(n_bits, dtype=np.uint64)          # per token: the starts that read it
             by_token[tok] = row_owners[which]

@@ -149,18 +149,8 @@ def walk_trie_batch(tt: TransitionTable, trie: TokenTrie, starts: list[Node]):
         live = st != 0
         level, st, owners = level[live], st[live], owners[live]
         if len(level) > 1:                              # merge equal (trie node, state) pairs
-            key = level * (len(tt.table) + 1) + st
-            order = np.argsort(key, kind="stable")     # nearly sorted already: by trie node
-            key = key[order]
-            first_of = np.empty(len(key), dtype=bool)
-            first_of[0] = True
-            np.not_equal(key[1:], key[:-1], out=first_of[1:])
-            if first_of.all():
-                level, st, owners = level[order], st[order], owners[order]
-            else:
-                at = np.flatnonzero(first_of)
-                owners = np.bitwise_or.reduceat(owners[order], at)
-                level, st = level[order[at]], st[order[at]]
+            pick, owners = or_by_key(level * (len(tt.table) + 1) + st, owners)
+            level, st = level[pick], st[pick]
         rows = trie.node_row[level]
         ends = rows >= 0
         ok_r.append(rows[ends])
@@ -179,6 +169,22 @@ def walk_trie_batch(tt: TransitionTable, trie: TokenTrie, starts: list[Node]):
         level = trie.children_of(level)
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
     return (cat(ok_r, np.int64), cat(ok_m, np.uint64)), (cat(esc_n, np.int64), cat(esc_m, np.uint64))
+
+
+def or_by_key(key: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(indices of one entry per distinct ``key``, in key order; each key's ``owners`` ORed).
+
+    ``key`` must be non-empty. A stable sort: keys that are nearly sorted already cost little.
+    """
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    first_of = np.empty(len(k), dtype=bool)
+    first_of[0] = True
+    np.not_equal(k[1:], k[:-1], out=first_of[1:])
+    if first_of.all():
+        return order, owners[order]
+    at = np.flatnonzero(first_of)
+    return order[at], np.bitwise_or.reduceat(owners[order], at)
 
 
 _T8 = [(np.uint64(7), np.uint64(0x00AA00AA00AA00AA)), (np.uint64(14), np.uint64(0x0000CCCC0000CCCC)),

@@ -168,6 +168,11 @@ class StateSpace:
         tok = self._merge((d, resolve(r)) for d, r in tok_raw)
         return self._make_node(scan, tok, root_done, escaped)
 
+    def union(self, a: Node, b: Node) -> Node:
+        """The state holding both ``a``'s and ``b``'s items (one per position, as every node does)."""
+        return self._make_node(self._merge(set(a.scan + b.scan)), self._merge(set(a.tok + b.tok)),
+                               a.accepting or b.accepting, a.escaped or b.escaped)
+
     def _merge(self, items) -> tuple:
         """One item per position: items at the same position merge their contexts into a union.
 

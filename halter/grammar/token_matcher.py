@@ -117,14 +117,8 @@ class TokenMatcher:
                 return (tid != token_id) if negated else (tid == token_id)
             n = self._space.step_token_ref(node, matches)
             if n.id != 0:
-                nxt = n if nxt is None else self._union(nxt, n)
+                nxt = n if nxt is None else self._space.union(nxt, n)
         return nxt
-
-    def _union(self, a: Node, b: Node) -> Node:
-        """The state holding both ``a``'s and ``b``'s items (one per position, as every node does)."""
-        space = self._space
-        return space._make_node(space._merge(set(a.scan + b.scan)), space._merge(set(a.tok + b.tok)),
-                                a.accepting or b.accepting, a.escaped or b.escaped)
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) if the grammar does not allow it."""
