@@ -3,7 +3,9 @@
 Parser states and their memoised transitions live as long as the grammar, and a full collection
 visits every reference they hold, wherever in the user's program that collection runs. So the work
 per state must not grow with the grammar's number of byte classes (transitions kept as references
-in a list per state, or position tables kept as lists, did: dozens of visits per state).
+in a list per state, or position tables kept as lists, did: dozens of visits per state), and a state
+should be about one tracked object: contexts held as objects made items, item tuples and interning
+keys tracked too (5.4 tracked objects per state on this grammar; 2.9 with contexts as int ids).
 """
 from __future__ import annotations
 
@@ -51,4 +53,4 @@ def test_collector_work_per_state_does_not_grow_with_byte_classes():
     assert n_classes > 50 and n_states > 100
     objects, visits = collector_work(space)
     assert visits / n_states < 0.6 * n_classes, (visits, n_states, n_classes)
-    assert objects / n_states < 8, (objects, n_states)
+    assert objects / n_states < 3.5, (objects, n_states)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from halter.grammar.parser_state import Node, StateSpace
+from halter.grammar.parser_state import OPAQUE_ID, Node, StateSpace
 from halter.grammar.trie import TokenTrie
 
 
@@ -73,7 +73,7 @@ class TransitionTable:
             elif len(scan) == 1:
                 d, ctx = scan[0]
                 row[self._position_dead(d)] = 0
-                if ctx is self.space.opaque:
+                if ctx == OPAQUE_ID:
                     self.single_pos[nid] = d
             else:
                 row[np.logical_and.reduce([self._position_dead(d) for d, _ in scan])] = 0

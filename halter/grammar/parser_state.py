@@ -1,16 +1,23 @@
 """Parser states: Earley item sets over rule automata, hash-consed so that equal states are one object.
 
 An *item* is ``(position, context)``: a place inside one rule's DFA, and what happens when that rule
-ends. A *context* (``Ctx``) is the set of places to return to — ``(position after the call, context
-of the caller)`` pairs — so contexts form a graph-structured stack. Contexts are interned by their
-meaning, not by where they were created, so ambiguous grammars (``x? x? x? ...``, ``(a | a | aa)*``,
-left recursion) keep a state whose size is bounded by the grammar, not by the input.
+ends. A *context* is the set of places to return to — ``(position after the call, context of the
+caller)`` pairs — so contexts form a graph-structured stack. Contexts are interned by their meaning,
+not by where they were created, so ambiguous grammars (``x? x? x? ...``, ``(a | a | aa)*``, left
+recursion) keep a state whose size is bounded by the grammar, not by the input.
+
+A context is an int id into two tables of the ``StateSpace``: ``ctx_returns`` (its return pairs) and
+``ctx_flags``. Items, a state's item tuples and its interning key are then tuples of ints, which
+Python's cyclic garbage collector stops tracking: a state costs the collector its ``Node`` and
+transition array, however many items and contexts it holds (see tests/test_state_space_gc.py). (One
+transition array for the whole space would save the second object, but indexing it by
+``id * n_classes + class`` costs warm byte stepping a third of its speed.)
 
 A *node* (``Node``) is a whole parser state: the items that can still read a byte or a token, plus
 two flags: ``accepting`` (the root may end here) and ``escaped`` (a rule started with the special
 ``OPAQUE`` context has ended here: used to precompute token masks per position without knowing the
 stack). Nodes are interned too, so a node is its own canonical key and transitions are memoised per
-(node, byte class): once warm, reading a byte is one list lookup.
+(node, byte class) in the node's int array ``next``: once warm, reading a byte is one lookup.
 """
 from __future__ import annotations
 
@@ -19,24 +26,6 @@ from array import array
 import numpy as np
 
 from halter.grammar.automaton import RuleAutomata
-
-
-class Ctx:
-    """A return context: ``returns`` are the items to add when the rule called in this context ends.
-
-    ``flags`` marks the two special endings a context may include: ``ENDS_ROOT`` (the whole input may
-    end: the BOTTOM context) and ``ESCAPES`` (an unknown caller: the OPAQUE context). A context can be
-    the union of several, when items at one position are merged.
-    """
-    __slots__ = ("id", "returns", "flags")
-
-    def __init__(self, cid: int, returns: tuple = (), flags: int = 0) -> None:
-        self.id = cid
-        self.returns = returns
-        self.flags = flags
-
-    def __repr__(self) -> str:
-        return f"Ctx({self.id})"
 
 
 class Node:
@@ -49,8 +38,8 @@ class Node:
     def __init__(self, nid: int, scan: tuple, tok: tuple, accepting: bool, escaped: bool,
                  unknown: array) -> None:
         self.id = nid
-        self.scan = scan            # ((position, Ctx), ...)
-        self.tok = tok              # ((position, Ctx), ...)
+        self.scan = scan            # ((position, context id), ...)
+        self.tok = tok              # ((position, context id), ...)
         self.accepting = accepting
         self.escaped = escaped
         self.next = unknown[:]      # byte class -> next node's id (memoised transitions; -1: not yet)
@@ -64,16 +53,19 @@ class Node:
         return f"Node({self.id}, items={len(self.scan) + len(self.tok)}, accepting={self.accepting})"
 
 
+# The two special contexts, and the flags marking the special endings a context may include:
+# ``ENDS_ROOT`` (the whole input may end: the BOTTOM context) and ``ESCAPES`` (an unknown caller:
+# the OPAQUE context). A context can be the union of several, when items at one position merge.
 BOTTOM_ID, OPAQUE_ID = 0, 1
 ENDS_ROOT, ESCAPES = 1, 2
 
 
 def _meaning(flags: int, returns) -> tuple:
     """The interning key of a context by what it does: its flags and the places it returns to."""
-    return ("returns", flags, tuple(sorted({(after, c.id) for after, c in returns})))
+    return ("returns", flags, tuple(sorted(set(returns))))
 
 
-def _same(ref):
+def _same(ref: int) -> int:
     return ref
 
 
@@ -82,29 +74,27 @@ class StateSpace:
 
     def __init__(self, automata: RuleAutomata) -> None:
         self.a = automata
-        self.bottom = Ctx(BOTTOM_ID, flags=ENDS_ROOT)
-        self.opaque = Ctx(OPAQUE_ID, flags=ESCAPES)
-        self._ctx_table: dict[object, Ctx] = {}
-        self._node_table: dict[object, Node] = {}
+        self.bottom, self.opaque = BOTTOM_ID, OPAQUE_ID
+        self.ctx_returns: list[tuple[tuple[int, int], ...]] = [(), ()]   # context id -> ((after, context id), ...)
+        self.ctx_flags: list[int] = [ENDS_ROOT, ESCAPES]                 # context id -> ENDS_ROOT | ESCAPES
+        self._ctx_table: dict[tuple, int] = {_meaning(ENDS_ROOT, ()): BOTTOM_ID, _meaning(ESCAPES, ()): OPAQUE_ID}
+        self._node_table: dict[tuple, Node] = {}
         self.nodes: list[Node] = []
         self._unknown = array("i", [-1]) * automata.n_classes    # a node's transitions, none known yet
         self.dead = self._make_node((), (), False, False)
         self.class_of = automata.class_of
         self._ret_nodes: dict[int, Node] = {}
         self._opaque_nodes: dict[int, Node] = {}
-        self._single: dict[tuple[int, int], Node] = {}     # (position, context id) -> its closure
-        # contexts are also interned by meaning: (flags, returns); see _resolver
-        self._ctx_table[_meaning(ENDS_ROOT, ())] = self.bottom
-        self._ctx_table[_meaning(ESCAPES, ())] = self.opaque
+        self._single: dict[tuple[int, int], Node] = {}     # item (position, context) -> its closure
         # a call whose return position is a pure end (the rule can only stop there) is a tail call
         self._tail = [automata.accepting[p] and not automata.has_bytes[p] and not automata.calls[p]
                       and not automata.tokens[p] for p in range(automata.n_positions)]
         self.opaque_ids = np.full(automata.n_positions, -1, dtype=np.int32)   # position -> opaque node id
-        self.initial = self.closure([(automata.start[automata.root], self.bottom)])
+        self.initial = self.closure([(automata.start[automata.root], BOTTOM_ID)])
 
     # -- interning ---------------------------------------------------------------------------
     def _make_node(self, scan: tuple, tok: tuple, accepting: bool, escaped: bool) -> Node:
-        key = (tuple([(d, c.id) for d, c in scan]), tuple([(d, c.id) for d, c in tok]), accepting, escaped)
+        key = (scan, tok, accepting, escaped)
         node = self._node_table.get(key)
         if node is None:
             node = Node(len(self.nodes), scan, tok, accepting, escaped, self._unknown)
@@ -112,25 +102,33 @@ class StateSpace:
             self.nodes.append(node)
         return node
 
+    def _new_ctx(self, returns: tuple, flags: int) -> int:
+        cid = len(self.ctx_returns)
+        self.ctx_returns.append(returns)
+        self.ctx_flags.append(flags)
+        return cid
+
     def closure(self, kernel) -> Node:
         """The interned node for the Earley closure (predict + complete) of ``kernel`` items.
 
-        Kernel items carry real ``Ctx`` objects; rules predicted here get *local* contexts, written as
-        the rule's int index until the closure is done, then interned by meaning.
+        Kernel items carry context ids (>= 0); a rule predicted here gets a *local* context, written
+        ``~rule`` (< 0) until the closure is done, then interned (``_resolver``).
         """
         a = self.a
         calls, accepting_pos, nullable, start, tail = a.calls, a.accepting, a.nullable, a.start, self._tail
         if len(kernel) == 1:             # common inside a literal: one item that neither calls nor ends
-            d, ref = kernel[0]
-            if not calls[d] and not accepting_pos[d] and type(ref) is not int:
-                item = ((d, ref),)
+            item = kernel[0]
+            d = item[0]
+            if not calls[d] and not accepting_pos[d]:
                 has_b, has_t = a.has_bytes[d], bool(a.tokens[d])
                 if not has_b and not has_t:
                     return self.dead
+                item = (item,)
                 return self._make_node(item if has_b else (), item if has_t else (), False, False)
+        ctx_returns, ctx_flags = self.ctx_returns, self.ctx_flags
         seen: set = set()
-        waiting: dict[int, set] = {}
-        aliases: dict[int, set] = {}     # rule -> contexts it was tail-called in: it returns where they do
+        waiting: dict[int, set] = {}     # local ref -> places its rule returns to
+        aliases: dict[int, set] = {}     # local ref -> contexts it was tail-called in: it returns where they do
         work = list(kernel)
         root_done = escaped = False
         while work:
@@ -140,24 +138,26 @@ class StateSpace:
             seen.add(item)
             d, ref = item
             for rule, after in calls[d]:
-                w = waiting.get(rule)
+                local = ~rule
+                w = waiting.get(local)
                 if w is None:
-                    w = waiting[rule] = set()
-                    work.append((start[rule], rule))
+                    w = waiting[local] = set()
+                    work.append((start[rule], local))
                 ret = (after, ref)
                 if tail[after]:
-                    aliases.setdefault(rule, set()).add(ref)
+                    aliases.setdefault(local, set()).add(ref)
                     if nullable[rule]:
                         work.append(ret)
                 elif ret not in w:
                     w.add(ret)
                     if nullable[rule]:
                         work.append(ret)
-            if accepting_pos[d] and type(ref) is not int:   # (an int ref: an empty match, see nullable)
-                if ref.flags:
-                    root_done = root_done or bool(ref.flags & ENDS_ROOT)
-                    escaped = escaped or bool(ref.flags & ESCAPES)
-                work.extend(ref.returns)
+            if accepting_pos[d] and ref >= 0:   # (a local ref: an empty match, see nullable)
+                flags = ctx_flags[ref]
+                if flags:
+                    root_done = root_done or bool(flags & ENDS_ROOT)
+                    escaped = escaped or bool(flags & ESCAPES)
+                work.extend(ctx_returns[ref])
         has_bytes, tokens = a.has_bytes, a.tokens
         scan_raw = [it for it in seen if has_bytes[it[0]]]
         tok_raw = [it for it in seen if tokens[it[0]]]
@@ -180,7 +180,7 @@ class StateSpace:
         they are ``(d, c1 | c2)``. This keeps a state's size bounded by the grammar's positions even
         for infinitely ambiguous grammars such as ``S ::= S S | "a"``.
         """
-        by_pos: dict[int, list[Ctx]] = {}
+        by_pos: dict[int, list[int]] = {}
         for d, c in items:
             by_pos.setdefault(d, []).append(c)
         out = []
@@ -189,24 +189,23 @@ class StateSpace:
             out.append((d, ctxs[0] if len(ctxs) == 1 else self._union(ctxs)))
         return tuple(out)
 
-    def _union(self, ctxs: list[Ctx]) -> Ctx:
+    def _union(self, ctxs: list[int]) -> int:
         flags, returns = 0, set()
         for c in ctxs:
-            flags |= c.flags
-            returns.update(c.returns)
+            flags |= self.ctx_flags[c]
+            returns.update(self.ctx_returns[c])
         return self._by_meaning(flags, returns)
 
-    def _by_meaning(self, flags: int, returns) -> Ctx:
+    def _by_meaning(self, flags: int, returns) -> int:
         """The context that returns to ``returns`` (real contexts) with ``flags``, made if new."""
         key = _meaning(flags, returns)
         ctx = self._ctx_table.get(key)
         if ctx is None:
-            ctx = Ctx(len(self._ctx_table) + 2, tuple(sorted(returns, key=lambda x: (x[0], x[1].id))), flags)
-            self._ctx_table[key] = ctx
+            ctx = self._ctx_table[key] = self._new_ctx(key[2], flags)
         return ctx
 
     def _resolver(self, waiting: dict[int, set], aliases: dict[int, set], scan_raw: list, tok_raw: list):
-        """Intern the local contexts the kept items need; return ref -> Ctx.
+        """Intern the local contexts the kept items need; return ref -> context id.
 
         A rule's context is where it returns: the ``waiting`` places, plus — for each context it
         was tail-called in (``aliases``: the call was the caller's last step) — wherever that one
@@ -214,26 +213,27 @@ class StateSpace:
         context instead of growing the stack by a level per round.
         """
         if not aliases:                  # the common case: one local rule, returning to real contexts
-            local = {r for _, r in scan_raw if type(r) is int}
-            local.update(r for _, r in tok_raw if type(r) is int)
+            local = {r for _, r in scan_raw if r < 0}
+            local.update(r for _, r in tok_raw if r < 0)
             if not local:
                 return _same
             if len(local) == 1:
                 (r,) = local
                 returns = waiting[r]
-                if all(type(ref) is not int for _, ref in returns):
-                    sig = tuple(sorted([(after, ref.id) for after, ref in returns]))
+                if all(ref >= 0 for _, ref in returns):
+                    sig = tuple(sorted(returns))
                     key = (r, ((r, (0, sig)),))          # the key the general path below makes
                     ctx = self._ctx_table.get(key)
                     if ctx is None:
-                        ctx = self._ctx_table[key] = Ctx(len(self._ctx_table) + 2, tuple(returns))
-                    return lambda ref: ctx if type(ref) is int else ref
+                        ctx = self._ctx_table[key] = self._new_ctx(sig, 0)
+                    return lambda ref: ctx if ref < 0 else ref
+        ctx_returns, ctx_flags = self.ctx_returns, self.ctx_flags
         needed: list[int] = []
         seen_rules: set[int] = set()
         eff: dict[int, set] = {}
         eff_flags: dict[int, int] = {}
-        sole: dict[int, Ctx] = {}
-        stack = [r for _, r in scan_raw if type(r) is int] + [r for _, r in tok_raw if type(r) is int]
+        sole: dict[int, int] = {}
+        stack = [r for _, r in scan_raw if r < 0] + [r for _, r in tok_raw if r < 0]
         while stack:
             r = stack.pop()
             if r in seen_rules:
@@ -245,34 +245,29 @@ class StateSpace:
                 done, todo, real = {r}, list(aliases[r]), set()
                 while todo:
                     x = todo.pop()
-                    if type(x) is int:
+                    if x < 0:
                         if x not in done:
                             done.add(x)
                             returns.update(waiting[x])
                             todo.extend(aliases.get(x, ()))
                     elif x not in real:
                         real.add(x)
-                        returns.update(x.returns)
-                        flags |= x.flags
+                        returns.update(ctx_returns[x])
+                        flags |= ctx_flags[x]
                 if len(real) == 1 and all(not waiting[x] for x in done):
                     sole[r] = next(iter(real))  # only ever tail-called: it returns where its caller does
             eff[r], eff_flags[r] = returns, flags
-            stack.extend(ref for _, ref in returns if type(ref) is int)
+            stack.extend(ref for _, ref in returns if ref < 0)
         if not needed:
             return _same
-
-        def enc(ref) -> int:
-            return ~ref if type(ref) is int else ref.id
-
-        local_sig = {r: (eff_flags[r], tuple(sorted([(after, enc(ref)) for after, ref in eff[r]])))
-                     for r in needed}
-        resolved: dict[int, Ctx] = {}
+        local_sig = {r: (eff_flags[r], tuple(sorted(eff[r]))) for r in needed}
+        resolved: dict[int, int] = {}
         fresh: list[int] = []
         for r in needed:
             if r in sole:
                 resolved[r] = sole[r]
                 continue
-            if r in aliases and all(type(ref) is not int for _, ref in eff[r]):
+            if r in aliases and all(ref >= 0 for _, ref in eff[r]):
                 resolved[r] = self._by_meaning(eff_flags[r], eff[r])
                 continue
             reach, stack2 = set(), [r]
@@ -281,18 +276,16 @@ class StateSpace:
                 if x in reach:
                     continue
                 reach.add(x)
-                stack2.extend(ref for _, ref in eff[x] if type(ref) is int)
+                stack2.extend(ref for _, ref in eff[x] if ref < 0)
             key = (r, tuple(sorted([(x, local_sig[x]) for x in reach])))
             ctx = self._ctx_table.get(key)
             if ctx is None:
-                ctx = Ctx(len(self._ctx_table) + 2, flags=eff_flags[r])
-                self._ctx_table[key] = ctx
+                ctx = self._ctx_table[key] = self._new_ctx((), eff_flags[r])
                 fresh.append(r)
             resolved[r] = ctx
         for r in fresh:
-            ctx = resolved[r]
-            ctx.returns = tuple((after, resolved[ref] if type(ref) is int else ref) for after, ref in eff[r])
-        return lambda ref: resolved[ref] if type(ref) is int else ref
+            ctx_returns[resolved[r]] = tuple(sorted((after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]))
+        return lambda ref: resolved[ref] if ref < 0 else ref
 
     # -- stepping ----------------------------------------------------------------------------
     def step_class(self, node: Node, cls: int) -> Node:
@@ -307,14 +300,13 @@ class StateSpace:
             if t >= 0:
                 kernel.append((t, c))
         if len(kernel) == 1:             # most steps: one item moves on; many states share it
-            t, c = kernel[0]
-            if c is self.opaque:
-                nxt = self.opaque_node(t)
+            item = kernel[0]
+            if item[1] == OPAQUE_ID:
+                nxt = self.opaque_node(item[0])
             else:
-                key = (t, c.id)
-                nxt = self._single.get(key)
+                nxt = self._single.get(item)
                 if nxt is None:
-                    nxt = self._single[key] = self.closure(kernel)
+                    nxt = self._single[item] = self.closure(kernel)
         else:
             nxt = self.closure(kernel) if kernel else self.dead
         node.next[cls] = nxt.id
@@ -347,16 +339,17 @@ class StateSpace:
         """The node for ``position`` with an unknown caller: where per-position masks start."""
         node = self._opaque_nodes.get(position)
         if node is None:
-            node = self._opaque_nodes[position] = self.closure([(position, self.opaque)])
+            node = self._opaque_nodes[position] = self.closure([(position, OPAQUE_ID)])
             self.opaque_ids[position] = node.id
         return node
 
-    def return_node(self, ctx: Ctx) -> Node:
-        """The node right after a rule called in ``ctx`` ends (its callers advanced)."""
-        node = self._ret_nodes.get(ctx.id)
+    def return_node(self, ctx: int) -> Node:
+        """The node right after a rule called in context ``ctx`` ends (its callers advanced)."""
+        node = self._ret_nodes.get(ctx)
         if node is None:
-            node = self.closure(list(ctx.returns)) if ctx.returns else self.dead
-            self._ret_nodes[ctx.id] = node
+            returns = self.ctx_returns[ctx]
+            node = self.closure(list(returns)) if returns else self.dead
+            self._ret_nodes[ctx] = node
         return node
 
     def live_bytes(self, node: Node) -> list[int]:

@@ -11,7 +11,7 @@ Earley closure, so it already holds those items — completion put them there �
 own tokens.)
 
 ``ctx_bits(N, c)`` never builds the parser state ``c`` returns to. That state is the closure of
-``c.returns``, and what a set of items reads is the union of what each reads; ``(after, c')`` reads
+``c``'s returns, and what a set of items reads is the union of what each reads; ``(after, c')`` reads
 what the *opaque* node of ``after`` reads (a state of the grammar alone, whatever the stack:
 ``opaque_bits(N, after)``, memoised for good and shared by every context) and, below the points
 where ``after``'s rule ends in turn, what ``c'`` returns to. ``opaque_bits`` is split per item of
@@ -95,8 +95,9 @@ class MaskAssembler:
             out = acc.copy()
         else:
             out = zeros.copy()
+        ctx_returns = self.space.ctx_returns
         for d, ctx in scan:
-            if has_escape[d] and ctx.returns:
+            if has_escape[d] and ctx_returns[ctx]:
                 bits = self._escape_bits(d, ctx)
                 if bits is not zeros:
                     np.bitwise_or(out, bits, out=out)
@@ -114,14 +115,14 @@ class MaskAssembler:
         return self._has_escape
 
     # -- escapes -----------------------------------------------------------------------------
-    def _escape_bits(self, d: int, ctx) -> np.ndarray:
+    def _escape_bits(self, d: int, ctx: int) -> np.ndarray:
         """Tokens that end ``d``'s rule mid-token and go on in the caller ``ctx`` returns to.
 
         When the rule may end right here (``d`` accepting), the caller's whole continuation is
         allowed too — but a node is an Earley closure: it already holds the items ``ctx`` returns
         to (completion added them), so their tokens come from those items and are not added again.
         """
-        key = (d, ctx.id)
+        key = (d, ctx)
         bits = self._esc_memo.get(key)
         if bits is not None:
             return bits
@@ -141,17 +142,17 @@ class MaskAssembler:
             return parts[0]
         return np.bitwise_or.reduce(parts, axis=0) if len(parts) > 2 else parts[0] | parts[1]
 
-    def _ctx_bits(self, n_id: int, ctx) -> tuple[np.ndarray, tuple[int, ...]]:
+    def _ctx_bits(self, n_id: int, ctx: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """(tokens below the trie nodes of set ``n_id`` whose rest can be read once a rule called in
         ``ctx`` has ended there; the node sets where the OPAQUE caller is reached on the way).
 
-        The state after the rule ends is the closure of ``ctx.returns``; what a set of items reads
+        The state after the rule ends is the closure of the returns of ``ctx``; what a set of items reads
         is the union of what each reads, and ``(after, c)`` reads what the opaque node of
         ``after`` reads (``_opaque_bits``, memoised per ``(n_id, after)`` and shared by every
         context) and then, below the points where ``after``'s rule ends, what ``c`` returns to. So
         no parser state is built for ``ctx``, and only the escapes go on up the stack.
         """
-        key = (n_id, ctx.id)
+        key = (n_id, ctx)
         hit = self._ctx_memo.get(key)
         if hit is not None:
             return hit
@@ -160,9 +161,10 @@ class MaskAssembler:
             return self.zeros, ()
         self._in_progress.add(key)
         try:
-            parts, escs = [], ({n_id} if ctx.flags & ESCAPES else set())
-            opaque_node = self.space.opaque_node
-            for after, c in ctx.returns:
+            space = self.space
+            parts, escs = [], ({n_id} if space.ctx_flags[ctx] & ESCAPES else set())
+            opaque_node = space.opaque_node
+            for after, c in space.ctx_returns[ctx]:
                 bits, ends = self._opaque_bits(n_id, opaque_node(after))
                 parts.append(bits)
                 for e in ends:
