@@ -11,7 +11,13 @@ first time a parser state is seen (what one generation with a new schema costs),
 them from the compiled grammar's caches (the steady state). Every pass starts with a full garbage
 collection (untimed), so that the collector's debt left by compiling (a compile makes many
 long-lived objects) and by earlier passes is not paid inside the next timed pass, wherever it
-happens to fall; what a pass's own allocations cost the collector stays in its times. Reported: compile time and mean/p95
+happens to fall; what a pass's own allocations cost the collector stays in its times, and the
+collections inside first passes are counted and timed (``gc.callbacks``) per grammar. A full
+collection visits every tracked object of the process, so its cost depends on what else is loaded:
+``--import-torch`` imports torch first, as in any process that runs a model (~180k more objects; a
+full collection then takes ~100-200 ms instead of ~20 ms). ``--no-collect`` leaves the collector
+alone, as a real process does (noisier: a full collection lands in whichever pass comes next); the
+automatic collections over the whole run, compiles included, are reported too. Reported: compile time and mean/p95
 mask time per token for both grammars, and the schema/plain ratios; then, for the first pass, the
 ``accept_token`` times too (timed apart from the fill: a first pass also pays for building each new
 parser state when a token is accepted, and so do the peers), alone and added to the fill.
@@ -33,7 +39,7 @@ the sequence skips that schema (counted); ratios halter/peer are taken on the sc
 completed, halter's schema-grammar times against the peer's.
 
 Run: ``python bench/schema_mask_bench.py [--vocab NAME] [--schemas N] [--strict] [--peers]
-[--interleave] [-v]``.
+[--interleave] [--import-torch] [-v]``.
 """
 from __future__ import annotations
 
@@ -54,9 +60,43 @@ from halter.schemas import json_schema_to_gbnf
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
+class GcClock:
+    """Automatic garbage collections (young, full) and their time: per ``bucket`` while one is set,
+    and over the whole run (the bench's own ``collect()`` calls left out)."""
+
+    def __init__(self) -> None:
+        self.bucket: str | None = None
+        self.stats: dict[str, list] = {}
+        self.total = [0, 0, 0.0]
+        self.enabled = True              # False: ``collect`` does nothing (``--no-collect``)
+        self._explicit = False
+        self._t0 = 0.0
+        gc.callbacks.append(self)
+
+    def collect(self) -> None:
+        if self.enabled:
+            self._explicit = True
+            try:
+                gc.collect()
+            finally:
+                self._explicit = False
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif not self._explicit:
+            dt, full = time.perf_counter() - self._t0, info["generation"] == 2
+            for st in ([self.total, self.stats.setdefault(self.bucket, [0, 0, 0.0])] if self.bucket else [self.total]):
+                st[1 if full else 0] += 1
+                st[2] += dt
+
+
+GC_CLOCK = GcClock()
+
+
 def write_text(cg, vocab, text: bytes, bitmask: np.ndarray, tokens: list[int] | None = None) -> list[float] | None:
     """Mask times (seconds) while writing ``text``; None if the grammar refuses it. Token ids go to ``tokens``."""
-    gc.collect()
+    GC_CLOCK.collect()
     tm = cg.matcher()
     by_first: dict[int, list[int]] = {}
     for tid, b in enumerate(vocab.token_bytes):
@@ -107,13 +147,22 @@ def text_token_index(vocab) -> dict[int, list[int]]:
     return index
 
 
-def replay(cg, tokens: list[int], bitmask: np.ndarray, accepts: list[float] | None = None) -> list[float] | None:
+def replay(cg, tokens: list[int], bitmask: np.ndarray, accepts: list[float] | None = None,
+           gc_bucket: str | None = None) -> list[float] | None:
     """Mask times (seconds) while accepting ``tokens`` from the start; None if one is refused.
-    ``accept_token`` times go to ``accepts`` when given."""
-    gc.collect()        # untimed: the collector's debt from compiling and earlier passes is paid here
+    ``accept_token`` times go to ``accepts`` when given; collections during it to ``gc_bucket``."""
+    GC_CLOCK.collect()  # untimed: the collector's debt from compiling and earlier passes is paid here
     tm = cg.matcher()
     fill, accept, times = tm.fill_bitmask, tm.accept_token, []
     acc = accepts if accepts is not None else []
+    GC_CLOCK.bucket = gc_bucket
+    try:
+        return _replay_loop(tokens, bitmask, fill, accept, times, acc)
+    finally:
+        GC_CLOCK.bucket = None
+
+
+def _replay_loop(tokens, bitmask, fill, accept, times, acc) -> list[float] | None:
     for tid in tokens:
         t0 = time.perf_counter()
         fill(bitmask, 0)
@@ -138,7 +187,14 @@ def main() -> None:
     ap.add_argument("--peers", action="store_true", help="also XGrammar and llguidance, same schemas and tokens")
     ap.add_argument("--interleave", action="store_true",
                     help="time halter's masks while searching each token (cold caches; the method before 2026-11-21)")
+    ap.add_argument("--import-torch", action="store_true",
+                    help="import torch first: full garbage collections cost what they do next to a model")
+    ap.add_argument("--no-collect", action="store_true",
+                    help="no collection before each pass: passes pay the debt compiles leave, as in a real process")
     args = ap.parse_args()
+    GC_CLOCK.enabled = not args.no_collect
+    if args.import_torch:
+        import torch  # noqa: F401 - only its objects matter here
     vocab = Vocabulary.from_gguf(SHARED / "vocab" / args.vocab)
     peers = []
     if args.peers:
@@ -195,8 +251,8 @@ def main() -> None:
             tokens = greedy_tokens(vocab, text, index) or []
             s_acc: list[float] = []
             p_acc: list[float] = []
-            st = replay(cg, tokens, bitmask, s_acc) if tokens else None
-            pt = replay(plain, tokens, bitmask, p_acc) if tokens else None
+            st = replay(cg, tokens, bitmask, s_acc, "schema grammars") if tokens else None
+            pt = replay(plain, tokens, bitmask, p_acc, "plain JSON") if tokens else None
             if st is not None and pt is not None:        # second pass: cached masks (steady state)
                 st2 = replay(cg, tokens, bitmask) or []
                 warm_schema += st2
@@ -227,9 +283,13 @@ def main() -> None:
                 continue
             p_acc = []
             try:
-                gc.collect()
-                first = peer.walk(m, tokens, p_acc)
-                gc.collect()
+                GC_CLOCK.collect()
+                GC_CLOCK.bucket = peer.name
+                try:
+                    first = peer.walk(m, tokens, p_acc)
+                finally:
+                    GC_CLOCK.bucket = None
+                GC_CLOCK.collect()
                 second = peer.walk(m, tokens)
             except Exception as e:  # noqa: BLE001 - a peer failing must not stop the run
                 ps["rejected"] += 1
@@ -300,6 +360,13 @@ def main() -> None:
                 print(f"ratio halter/{peer.name}, fill + accept, first pass (same schemas, same tokens): "
                       f"mean {statistics.mean(h) / statistics.mean(p):.2f}x, "
                       f"median {np.percentile(h, 50) / np.percentile(p, 50):.2f}x")
+    if GC_CLOCK.stats:
+        print("garbage collection inside first passes" + (" (torch imported)" if args.import_torch else "") + ": "
+              + "; ".join(f"{k}: {v[0]} young, {v[1]} full, {1000 * v[2]:.0f} ms"
+                          for k, v in GC_CLOCK.stats.items()))
+        t = GC_CLOCK.total
+        print(f"automatic garbage collections over the whole run (compiles, passes, peers): {t[0]} young, {t[1]} full, "
+              f"{1000 * t[2]:.0f} ms")
     if peers and convert:
         print(f"halter schema -> grammar conversion (not in its compile column): mean {statistics.mean(convert):.3f} s")
     for peer in peers:
