@@ -74,7 +74,6 @@ class StateSpace:
 
     def __init__(self, automata: RuleAutomata) -> None:
         self.a = automata
-        self.bottom, self.opaque = BOTTOM_ID, OPAQUE_ID
         self.ctx_returns: list[tuple[tuple[int, int], ...]] = [(), ()]   # context id -> ((after, context id), ...)
         self.ctx_flags: list[int] = [ENDS_ROOT, ESCAPES]                 # context id -> ENDS_ROOT | ESCAPES
         self._ctx_table: dict[tuple, int] = {_meaning(ENDS_ROOT, ()): BOTTOM_ID, _meaning(ESCAPES, ()): OPAQUE_ID}
