@@ -11,13 +11,13 @@ from typing import Any, Callable, Iterable, Union
 MAX_CODE_POINT = 0x10FFFF
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Literal:
     """A literal string (may be empty: matches nothing, i.e. epsilon)."""
     text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CharClass:
     """A set of code points: ``ranges`` are inclusive (lo, hi) pairs; ``negated`` means the complement."""
     ranges: tuple[tuple[int, int], ...]
@@ -38,12 +38,12 @@ class CharClass:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AnyChar:
     """``.``: any single Unicode character."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RuleRef:
     """A reference to another rule; ``line``/``column`` locate it in the source for errors."""
     name: str
@@ -57,7 +57,7 @@ class RuleRef:
         return hash(("RuleRef", self.name))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TokenRef:
     """A token match: ``<[123]>`` (``token_id``) or ``<text>`` (``text``); ``negated`` for ``!<...>``.
 
@@ -68,17 +68,17 @@ class TokenRef:
     negated: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Seq:
     items: tuple["Expr", ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Alt:
     options: tuple["Expr", ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Repeat:
     """``expr{min,max}``; ``max=None`` means unbounded (``*`` is {0,}, ``+`` is {1,}, ``?`` is {0,1})."""
     expr: "Expr"

@@ -19,7 +19,7 @@ from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
-AUTOMATON_VERSION = "9"
+AUTOMATON_VERSION = "10"
 
 
 @dataclass
