@@ -17,9 +17,9 @@ collection visits every tracked object of the process, so its cost depends on wh
 ``--import-torch`` imports torch first, as in any process that runs a model (~180k more objects; a
 full collection then takes ~100-200 ms instead of ~20 ms). ``--no-collect`` leaves the collector
 alone, as a real process does (noisier: a full collection lands in whichever pass comes next); the
-automatic collections over the whole run, compiles included, are reported too. Reported: compile time and mean/p95
-mask time per token for both grammars, and the schema/plain ratios; then, for the first pass, the
-``accept_token`` times too (timed apart from the fill: a first pass also pays for building each new
+automatic collections over the whole run, compiles included, are reported too. Reported: compile
+time and mean/p95 mask time per token for both grammars, and the schema/plain ratios; then, for the
+first pass, the ``accept_token`` times too (timed apart from the fill: a first pass also pays for building each new
 parser state when a token is accepted, and so do the peers), alone and added to the fill.
 
 ``--interleave`` times halter's masks while choosing each token instead (the longest allowed token
@@ -39,11 +39,12 @@ the sequence skips that schema (counted); ratios halter/peer are taken on the sc
 completed, halter's schema-grammar times against the peer's.
 
 Run: ``python bench/schema_mask_bench.py [--vocab NAME] [--schemas N] [--strict] [--peers]
-[--interleave] [--import-torch] [-v]``.
+[--interleave] [--import-torch] [--no-collect] [-v]``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import statistics
@@ -80,6 +81,15 @@ class GcClock:
                 gc.collect()
             finally:
                 self._explicit = False
+
+    @contextlib.contextmanager
+    def counting(self, bucket: str | None):
+        """Count collections under ``bucket`` inside the block (``None``: only the whole run)."""
+        self.bucket = bucket
+        try:
+            yield
+        finally:
+            self.bucket = None
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -155,11 +165,8 @@ def replay(cg, tokens: list[int], bitmask: np.ndarray, accepts: list[float] | No
     tm = cg.matcher()
     fill, accept, times = tm.fill_bitmask, tm.accept_token, []
     acc = accepts if accepts is not None else []
-    GC_CLOCK.bucket = gc_bucket
-    try:
+    with GC_CLOCK.counting(gc_bucket):
         return _replay_loop(tokens, bitmask, fill, accept, times, acc)
-    finally:
-        GC_CLOCK.bucket = None
 
 
 def _replay_loop(tokens, bitmask, fill, accept, times, acc) -> list[float] | None:
@@ -284,11 +291,8 @@ def main() -> None:
             p_acc = []
             try:
                 GC_CLOCK.collect()
-                GC_CLOCK.bucket = peer.name
-                try:
+                with GC_CLOCK.counting(peer.name):
                     first = peer.walk(m, tokens, p_acc)
-                finally:
-                    GC_CLOCK.bucket = None
                 GC_CLOCK.collect()
                 second = peer.walk(m, tokens)
             except Exception as e:  # noqa: BLE001 - a peer failing must not stop the run
