@@ -36,6 +36,7 @@ class TransitionTable:
         self.single_pos = np.full(1024, -1, dtype=np.int64)   # state -> its one position, caller unknown
         self._registered = bytearray(1024)            # state -> its row has been set up
         self._next_pos: np.ndarray | None = None       # byte_next as an array, built when first needed
+        self.opaque_ids = np.full(space.a.n_positions, -1, dtype=np.int32)  # position -> its opaque node, registered
 
     def reserve(self, n: int) -> None:
         """Make room for state ids below ``n`` now, so that decoding does not pause to copy the table."""
@@ -101,10 +102,12 @@ class TransitionTable:
                 if self._next_pos is None:
                     self._next_pos = np.asarray(self.space.a.byte_next, dtype=np.int32)
                 target = self._next_pos[pos[single], uc[single]]      # >= 0: dead classes are filled
-                ids = self.space.opaque_ids[target]
+                ids = self.opaque_ids[target]
                 for t in sorted_unique(target[ids < 0]).tolist():
-                    self.register(self.space.opaque_node(t))
-                self.table[us[single], uc[single]] = self.space.opaque_ids[target]
+                    node = self.space.opaque_node(t)
+                    self.register(node)
+                    self.opaque_ids[t] = node.id
+                self.table[us[single], uc[single]] = self.opaque_ids[target]
                 us, uc = us[~single], uc[~single]
             nodes = self.space.nodes
             for p in sorted_unique(us.astype(np.int64) * self.n_classes + uc).tolist():

@@ -6,6 +6,13 @@ caller)`` pairs — so contexts form a graph-structured stack. Contexts are inte
 not by where they were created, so ambiguous grammars (``x? x? x? ...``, ``(a | a | aa)*``, left
 recursion) keep a state whose size is bounded by the grammar, not by the input.
 
+Closures come in two kinds. The *opaque node* of a position is the closure of that position with an
+unknown caller (the OPAQUE context), made by the Earley walk (``earley.py``) once per position, at
+compile time for most. Every other closure is an instance of opaque nodes: the caller substituted
+for OPAQUE in their contexts (those contexts are then interned by what they were made from: the
+opaque node's context and the caller), plus what the caller returns to where the position's rule
+can end right away. That makes a state seen for the first time a few lookups per item.
+
 A context is an int id into two tables of the ``StateSpace``: ``ctx_returns`` (its return pairs) and
 ``ctx_flags``. Items, a state's item tuples and its interning key are then tuples of ints, which
 Python's cyclic garbage collector stops tracking: a state costs the collector its ``Node`` and
@@ -23,9 +30,11 @@ from __future__ import annotations
 
 from array import array
 
-import numpy as np
-
 from halter.grammar.automaton import RuleAutomata
+from halter.grammar.contexts import BOTTOM_ID, ENDS_ROOT, ESCAPES, OPAQUE_ID, meaning_key
+from halter.grammar.earley import earley_closure
+
+__all__ = ["BOTTOM_ID", "ENDS_ROOT", "ESCAPES", "OPAQUE_ID", "Node", "StateSpace"]
 
 
 class Node:
@@ -53,42 +62,36 @@ class Node:
         return f"Node({self.id}, items={len(self.scan) + len(self.tok)}, accepting={self.accepting})"
 
 
-# The two special contexts, and the flags marking the special endings a context may include:
-# ``ENDS_ROOT`` (the whole input may end: the BOTTOM context) and ``ESCAPES`` (an unknown caller:
-# the OPAQUE context). A context can be the union of several, when items at one position merge.
-BOTTOM_ID, OPAQUE_ID = 0, 1
-ENDS_ROOT, ESCAPES = 1, 2
+MAX_CHAIN = 48
+"""Completions chained deeper than this (callers whose rest may be empty) are closed by the Earley walk."""
 
 
-def _meaning(flags: int, returns) -> tuple:
-    """The interning key of a context by what it does: its flags and the places it returns to."""
-    return ("returns", flags, tuple(sorted(set(returns))))
-
-
-def _same(ref: int) -> int:
-    return ref
+class _TooDeep(Exception):
+    """A closure built from opaque nodes met a long or cyclic chain of completions."""
 
 
 class StateSpace:
     """Builds, interns and steps parser states for one compiled grammar."""
 
-    def __init__(self, automata: RuleAutomata) -> None:
+    def __init__(self, automata: RuleAutomata, *, templates: bool = True) -> None:
         self.a = automata
+        self.templates = templates     # build closures from opaque nodes (False: always the Earley walk)
         self.ctx_returns: list[tuple[tuple[int, int], ...]] = [(), ()]   # context id -> ((after, context id), ...)
         self.ctx_flags: list[int] = [ENDS_ROOT, ESCAPES]                 # context id -> ENDS_ROOT | ESCAPES
-        self._ctx_table: dict[tuple, int] = {_meaning(ENDS_ROOT, ()): BOTTOM_ID, _meaning(ESCAPES, ()): OPAQUE_ID}
+        self._ctx_table: dict[tuple, int] = {meaning_key(ENDS_ROOT, ()): BOTTOM_ID, meaning_key(ESCAPES, ()): OPAQUE_ID}
         self._node_table: dict[tuple, Node] = {}
         self.nodes: list[Node] = []
         self._unknown = array("i", [-1]) * automata.n_classes    # a node's transitions, none known yet
         self.dead = self._make_node((), (), False, False)
         self.class_of = automata.class_of
-        self._ret_nodes: dict[int, Node] = {}
         self._opaque_nodes: dict[int, Node] = {}
         self._single: dict[tuple[int, int], Node] = {}     # item (position, context) -> its closure
+        self._subst_memo: dict[tuple[int, int], int] = {}  # (opaque node's context, caller) -> context
+        self._ret_items: dict[int, tuple] = {}             # context -> items of what it returns to
+        self._ret_open: set[int] = set()                   # contexts whose _return_items is running
         # a call whose return position is a pure end (the rule can only stop there) is a tail call
         self._tail = [automata.accepting[p] and not automata.has_bytes[p] and not automata.calls[p]
                       and not automata.tokens[p] for p in range(automata.n_positions)]
-        self.opaque_ids = np.full(automata.n_positions, -1, dtype=np.int32)   # position -> opaque node id
         self.initial = self.closure([(automata.start[automata.root], BOTTOM_ID)])
 
     # -- interning ---------------------------------------------------------------------------
@@ -108,64 +111,103 @@ class StateSpace:
         return cid
 
     def closure(self, kernel) -> Node:
-        """The interned node for the Earley closure (predict + complete) of ``kernel`` items.
+        """The interned node for the closure (predict + complete) of ``kernel`` items.
 
-        Kernel items carry context ids (>= 0); a rule predicted here gets a *local* context, written
-        ``~rule`` (< 0) until the closure is done, then interned (``_resolver``).
+        A kernel with the OPAQUE context (a caller unknown) is closed by the Earley walk
+        (``earley.py``). Any other is built from those: the closure of ``(d, c)`` is the opaque
+        node of ``d`` with OPAQUE replaced by ``c`` (``_subst``), plus, if ``d``'s rule can end
+        within it (the opaque node is ``escaped``), what ``c`` returns to (``_return_items``); the
+        closure of several items is the union of theirs. Opaque nodes exist for every position once
+        the grammar is compiled, so a state met for the first time costs a few lookups per item
+        instead of a walk of the grammar.
         """
         a = self.a
-        calls, accepting_pos, nullable, start, tail = a.calls, a.accepting, a.nullable, a.start, self._tail
-        if len(kernel) == 1:             # common inside a literal: one item that neither calls nor ends
-            item = kernel[0]
-            d = item[0]
-            if not calls[d] and not accepting_pos[d]:
+        if len(kernel) == 1:
+            d, c = kernel[0]
+            if not a.calls[d] and not a.accepting[d]:    # inside a literal: one item that neither calls nor ends
                 has_b, has_t = a.has_bytes[d], bool(a.tokens[d])
                 if not has_b and not has_t:
                     return self.dead
-                item = (item,)
+                item = (kernel[0],)
                 return self._make_node(item if has_b else (), item if has_t else (), False, False)
-        ctx_returns, ctx_flags = self.ctx_returns, self.ctx_flags
-        seen: set = set()
-        waiting: dict[int, set] = {}     # local ref -> places its rule returns to
-        aliases: dict[int, set] = {}     # local ref -> contexts it was tail-called in: it returns where they do
-        work = list(kernel)
-        root_done = escaped = False
-        while work:
-            item = work.pop()
-            if item in seen:
-                continue
-            seen.add(item)
-            d, ref = item
-            for rule, after in calls[d]:
-                local = ~rule
-                w = waiting.get(local)
-                if w is None:
-                    w = waiting[local] = set()
-                    work.append((start[rule], local))
-                ret = (after, ref)
-                if tail[after]:
-                    aliases.setdefault(local, set()).add(ref)
-                    if nullable[rule]:
-                        work.append(ret)
-                elif ret not in w:
-                    w.add(ret)
-                    if nullable[rule]:
-                        work.append(ret)
-            if accepting_pos[d] and ref >= 0:   # (a local ref: an empty match, see nullable)
-                flags = ctx_flags[ref]
-                if flags:
-                    root_done = root_done or bool(flags & ENDS_ROOT)
-                    escaped = escaped or bool(flags & ESCAPES)
-                work.extend(ctx_returns[ref])
-        has_bytes, tokens = a.has_bytes, a.tokens
-        scan_raw = [it for it in seen if has_bytes[it[0]]]
-        tok_raw = [it for it in seen if tokens[it[0]]]
-        if not scan_raw and not tok_raw and not root_done and not escaped:
+            if c == OPAQUE_ID or not self.templates:
+                return earley_closure(self, kernel)
+        elif not self.templates or any(c == OPAQUE_ID for _, c in kernel):
+            return earley_closure(self, kernel)
+        scan: set = set()
+        tok: set = set()
+        accepting = escaped = False
+        try:
+            for d, c in kernel:
+                acc, esc = self._instance(d, c, scan, tok, 0)
+                accepting, escaped = accepting or acc, escaped or esc
+        except _TooDeep:                 # completions chained deeper than MAX_CHAIN: walk instead
+            return earley_closure(self, kernel)
+        if not scan and not tok and not accepting and not escaped:
             return self.dead
-        resolve = self._resolver(waiting, aliases, scan_raw, tok_raw)
-        scan = self._merge((d, resolve(r)) for d, r in scan_raw)
-        tok = self._merge((d, resolve(r)) for d, r in tok_raw)
-        return self._make_node(scan, tok, root_done, escaped)
+        return self._make_node(self._merge(scan), self._merge(tok), accepting, escaped)
+
+    def _instance(self, d: int, c: int, scan: set, tok: set, depth: int) -> tuple[bool, bool]:
+        """Add the items of the closure of ``(d, c)`` to ``scan`` and ``tok``; (accepting, escaped)."""
+        o = self._opaque_nodes.get(d)
+        if o is None:
+            o = self.opaque_node(d)
+        subst = self._subst
+        scan.update([(x, subst(ctx, c)) for x, ctx in o.scan])
+        if o.tok:
+            tok.update([(x, subst(ctx, c)) for x, ctx in o.tok])
+        if not o.escaped:
+            return False, False
+        flags = self.ctx_flags[c]
+        r_scan, r_tok, r_acc, r_esc = self._return_items(c, depth + 1)
+        scan.update(r_scan)
+        tok.update(r_tok)
+        return bool(flags & ENDS_ROOT) or r_acc, bool(flags & ESCAPES) or r_esc
+
+    def _return_items(self, c: int, depth: int) -> tuple[tuple, tuple, bool, bool]:
+        """(scan items, token items, accepting, escaped) of the closure of what ``c`` returns to.
+
+        Memoised per context. A chain of completions (callers whose rest may be empty, one after
+        the other) deeper than ``MAX_CHAIN``, or one that meets itself (a context that returns to
+        itself), raises ``_TooDeep``: the Earley walk handles those.
+        """
+        hit = self._ret_items.get(c)
+        if hit is not None:
+            return hit
+        if depth > MAX_CHAIN or c in self._ret_open:
+            raise _TooDeep
+        self._ret_open.add(c)
+        try:
+            scan: set = set()
+            tok: set = set()
+            accepting = escaped = False
+            for after, c2 in self.ctx_returns[c]:
+                acc, esc = self._instance(after, c2, scan, tok, depth)
+                accepting, escaped = accepting or acc, escaped or esc
+        finally:
+            self._ret_open.discard(c)
+        hit = self._ret_items[c] = (tuple(scan), tuple(tok), accepting, escaped)
+        return hit
+
+    def _subst(self, ctx: int, c: int) -> int:
+        """``ctx`` (a context of an opaque node) with the OPAQUE caller replaced by ``c``.
+
+        Made once per ``(ctx, c)``: its returns are ``ctx``'s with the substitution applied, plus
+        ``c``'s own when ``ctx`` escapes to the unknown caller (then it takes ``c``'s flags too).
+        The id is reserved before the returns are filled in, so cyclic contexts map to cycles.
+        """
+        if ctx == OPAQUE_ID:
+            return c
+        key = (ctx, c)
+        s = self._subst_memo.get(key)
+        if s is None:
+            flags = self.ctx_flags[ctx]
+            s = self._subst_memo[key] = self._new_ctx((), (flags & ~ESCAPES) | (self.ctx_flags[c] if flags & ESCAPES else 0))
+            returns = {(after, self._subst(c2, c)) for after, c2 in self.ctx_returns[ctx]}
+            if flags & ESCAPES:
+                returns.update(self.ctx_returns[c])
+            self.ctx_returns[s] = tuple(sorted(returns))
+        return s
 
     def union(self, a: Node, b: Node) -> Node:
         """The state holding both ``a``'s and ``b``'s items (one per position, as every node does)."""
@@ -197,94 +239,11 @@ class StateSpace:
 
     def _by_meaning(self, flags: int, returns) -> int:
         """The context that returns to ``returns`` (real contexts) with ``flags``, made if new."""
-        key = _meaning(flags, returns)
+        key = meaning_key(flags, returns)
         ctx = self._ctx_table.get(key)
         if ctx is None:
             ctx = self._ctx_table[key] = self._new_ctx(key[2], flags)
         return ctx
-
-    def _resolver(self, waiting: dict[int, set], aliases: dict[int, set], scan_raw: list, tok_raw: list):
-        """Intern the local contexts the kept items need; return ref -> context id.
-
-        A rule's context is where it returns: the ``waiting`` places, plus — for each context it
-        was tail-called in (``aliases``: the call was the caller's last step) — wherever that one
-        returns, so loops written as right recursion (``items ::= "," item items | "]"``) keep one
-        context instead of growing the stack by a level per round.
-        """
-        if not aliases:                  # the common case: one local rule, returning to real contexts
-            local = {r for _, r in scan_raw if r < 0}
-            local.update(r for _, r in tok_raw if r < 0)
-            if not local:
-                return _same
-            if len(local) == 1:
-                (r,) = local
-                returns = waiting[r]
-                if all(ref >= 0 for _, ref in returns):
-                    sig = tuple(sorted(returns))
-                    key = (r, ((r, (0, sig)),))          # the key the general path below makes
-                    ctx = self._ctx_table.get(key)
-                    if ctx is None:
-                        ctx = self._ctx_table[key] = self._new_ctx(sig, 0)
-                    return lambda ref: ctx if ref < 0 else ref
-        ctx_returns, ctx_flags = self.ctx_returns, self.ctx_flags
-        needed: list[int] = []
-        seen_rules: set[int] = set()
-        eff: dict[int, set] = {}
-        eff_flags: dict[int, int] = {}
-        sole: dict[int, int] = {}
-        stack = [r for _, r in scan_raw if r < 0] + [r for _, r in tok_raw if r < 0]
-        while stack:
-            r = stack.pop()
-            if r in seen_rules:
-                continue
-            seen_rules.add(r)
-            needed.append(r)
-            returns, flags = set(waiting[r]), 0
-            if r in aliases:                   # follow tail calls through local rules, then to real contexts
-                done, todo, real = {r}, list(aliases[r]), set()
-                while todo:
-                    x = todo.pop()
-                    if x < 0:
-                        if x not in done:
-                            done.add(x)
-                            returns.update(waiting[x])
-                            todo.extend(aliases.get(x, ()))
-                    elif x not in real:
-                        real.add(x)
-                        returns.update(ctx_returns[x])
-                        flags |= ctx_flags[x]
-                if len(real) == 1 and all(not waiting[x] for x in done):
-                    sole[r] = next(iter(real))  # only ever tail-called: it returns where its caller does
-            eff[r], eff_flags[r] = returns, flags
-            stack.extend(ref for _, ref in returns if ref < 0)
-        if not needed:
-            return _same
-        local_sig = {r: (eff_flags[r], tuple(sorted(eff[r]))) for r in needed}
-        resolved: dict[int, int] = {}
-        fresh: list[int] = []
-        for r in needed:
-            if r in sole:
-                resolved[r] = sole[r]
-                continue
-            if r in aliases and all(ref >= 0 for _, ref in eff[r]):
-                resolved[r] = self._by_meaning(eff_flags[r], eff[r])
-                continue
-            reach, stack2 = set(), [r]
-            while stack2:
-                x = stack2.pop()
-                if x in reach:
-                    continue
-                reach.add(x)
-                stack2.extend(ref for _, ref in eff[x] if ref < 0)
-            key = (r, tuple(sorted([(x, local_sig[x]) for x in reach])))
-            ctx = self._ctx_table.get(key)
-            if ctx is None:
-                ctx = self._ctx_table[key] = self._new_ctx((), eff_flags[r])
-                fresh.append(r)
-            resolved[r] = ctx
-        for r in fresh:
-            ctx_returns[resolved[r]] = tuple(sorted((after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]))
-        return lambda ref: resolved[ref] if ref < 0 else ref
 
     # -- stepping ----------------------------------------------------------------------------
     def step_class(self, node: Node, cls: int) -> Node:
@@ -339,16 +298,6 @@ class StateSpace:
         node = self._opaque_nodes.get(position)
         if node is None:
             node = self._opaque_nodes[position] = self.closure([(position, OPAQUE_ID)])
-            self.opaque_ids[position] = node.id
-        return node
-
-    def return_node(self, ctx: int) -> Node:
-        """The node right after a rule called in context ``ctx`` ends (its callers advanced)."""
-        node = self._ret_nodes.get(ctx)
-        if node is None:
-            returns = self.ctx_returns[ctx]
-            node = self.closure(list(returns)) if returns else self.dead
-            self._ret_nodes[ctx] = node
         return node
 
     def live_bytes(self, node: Node) -> list[int]:

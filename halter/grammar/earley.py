@@ -1,0 +1,154 @@
+"""The Earley closure of a kernel of items: predict called rules, complete ended ones, intern contexts.
+
+This is the general way to close a set of items (``parser_state.py`` has the data layout). It walks
+every item the kernel reaches: a call predicts the callee's start with a *local* context (written
+``~rule``, < 0, while the walk runs), an item at a rule's end completes into the places its context
+returns to. When the walk is done the local contexts the kept items need are interned
+(``_resolver``), by what they return to, so that states of ambiguous and recursive grammars stay
+bounded by the grammar. ``StateSpace.closure`` runs it for kernels whose caller is unknown (the
+OPAQUE context: the opaque node of each position) and builds the other closures from those nodes.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from halter.grammar.contexts import ENDS_ROOT, ESCAPES, same_context
+
+if TYPE_CHECKING:
+    from halter.grammar.parser_state import Node, StateSpace
+
+
+def earley_closure(space: "StateSpace", kernel) -> "Node":
+    """The interned node for the Earley closure (predict + complete) of ``kernel`` items.
+
+    Kernel items carry context ids (>= 0); a rule predicted here gets a *local* context, written
+    ``~rule`` (< 0) until the closure is done, then interned (``_resolver``).
+    """
+    a = space.a
+    calls, accepting_pos, nullable, start, tail = a.calls, a.accepting, a.nullable, a.start, space._tail
+    ctx_returns, ctx_flags = space.ctx_returns, space.ctx_flags
+    seen: set = set()
+    waiting: dict[int, set] = {}     # local ref -> places its rule returns to
+    aliases: dict[int, set] = {}     # local ref -> contexts it was tail-called in: it returns where they do
+    work = list(kernel)
+    root_done = escaped = False
+    while work:
+        item = work.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        d, ref = item
+        for rule, after in calls[d]:
+            local = ~rule
+            w = waiting.get(local)
+            if w is None:
+                w = waiting[local] = set()
+                work.append((start[rule], local))
+            ret = (after, ref)
+            if tail[after]:
+                aliases.setdefault(local, set()).add(ref)
+                if nullable[rule]:
+                    work.append(ret)
+            elif ret not in w:
+                w.add(ret)
+                if nullable[rule]:
+                    work.append(ret)
+        if accepting_pos[d] and ref >= 0:   # (a local ref: an empty match, see nullable)
+            flags = ctx_flags[ref]
+            if flags:
+                root_done = root_done or bool(flags & ENDS_ROOT)
+                escaped = escaped or bool(flags & ESCAPES)
+            work.extend(ctx_returns[ref])
+    has_bytes, tokens = a.has_bytes, a.tokens
+    scan_raw = [it for it in seen if has_bytes[it[0]]]
+    tok_raw = [it for it in seen if tokens[it[0]]]
+    if not scan_raw and not tok_raw and not root_done and not escaped:
+        return space.dead
+    resolve = _resolver(space, waiting, aliases, scan_raw, tok_raw)
+    scan = space._merge((d, resolve(r)) for d, r in scan_raw)
+    tok = space._merge((d, resolve(r)) for d, r in tok_raw)
+    return space._make_node(scan, tok, root_done, escaped)
+
+
+def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, set], scan_raw: list, tok_raw: list):
+    """Intern the local contexts the kept items need; return ref -> context id.
+
+    A rule's context is where it returns: the ``waiting`` places, plus — for each context it
+    was tail-called in (``aliases``: the call was the caller's last step) — wherever that one
+    returns, so loops written as right recursion (``items ::= "," item items | "]"``) keep one
+    context instead of growing the stack by a level per round.
+    """
+    if not aliases:                  # the common case: one local rule, returning to real contexts
+        local = {r for _, r in scan_raw if r < 0}
+        local.update(r for _, r in tok_raw if r < 0)
+        if not local:
+            return same_context
+        if len(local) == 1:
+            (r,) = local
+            returns = waiting[r]
+            if all(ref >= 0 for _, ref in returns):
+                sig = tuple(sorted(returns))
+                key = (r, ((r, (0, sig)),))          # the key the general path below makes
+                ctx = space._ctx_table.get(key)
+                if ctx is None:
+                    ctx = space._ctx_table[key] = space._new_ctx(sig, 0)
+                return lambda ref: ctx if ref < 0 else ref
+    ctx_returns, ctx_flags = space.ctx_returns, space.ctx_flags
+    needed: list[int] = []
+    seen_rules: set[int] = set()
+    eff: dict[int, set] = {}
+    eff_flags: dict[int, int] = {}
+    sole: dict[int, int] = {}
+    stack = [r for _, r in scan_raw if r < 0] + [r for _, r in tok_raw if r < 0]
+    while stack:
+        r = stack.pop()
+        if r in seen_rules:
+            continue
+        seen_rules.add(r)
+        needed.append(r)
+        returns, flags = set(waiting[r]), 0
+        if r in aliases:                   # follow tail calls through local rules, then to real contexts
+            done, todo, real = {r}, list(aliases[r]), set()
+            while todo:
+                x = todo.pop()
+                if x < 0:
+                    if x not in done:
+                        done.add(x)
+                        returns.update(waiting[x])
+                        todo.extend(aliases.get(x, ()))
+                elif x not in real:
+                    real.add(x)
+                    returns.update(ctx_returns[x])
+                    flags |= ctx_flags[x]
+            if len(real) == 1 and all(not waiting[x] for x in done):
+                sole[r] = next(iter(real))  # only ever tail-called: it returns where its caller does
+        eff[r], eff_flags[r] = returns, flags
+        stack.extend(ref for _, ref in returns if ref < 0)
+    if not needed:
+        return same_context
+    local_sig = {r: (eff_flags[r], tuple(sorted(eff[r]))) for r in needed}
+    resolved: dict[int, int] = {}
+    fresh: list[int] = []
+    for r in needed:
+        if r in sole:
+            resolved[r] = sole[r]
+            continue
+        if r in aliases and all(ref >= 0 for _, ref in eff[r]):
+            resolved[r] = space._by_meaning(eff_flags[r], eff[r])
+            continue
+        reach, stack2 = set(), [r]
+        while stack2:
+            x = stack2.pop()
+            if x in reach:
+                continue
+            reach.add(x)
+            stack2.extend(ref for _, ref in eff[x] if ref < 0)
+        key = (r, tuple(sorted([(x, local_sig[x]) for x in reach])))
+        ctx = space._ctx_table.get(key)
+        if ctx is None:
+            ctx = space._ctx_table[key] = space._new_ctx((), eff_flags[r])
+            fresh.append(r)
+        resolved[r] = ctx
+    for r in fresh:
+        ctx_returns[resolved[r]] = tuple(sorted((after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]))
+    return lambda ref: resolved[ref] if ref < 0 else ref
