@@ -117,9 +117,9 @@ class StateSpace:
         (``earley.py``). Any other is built from those: the closure of ``(d, c)`` is the opaque
         node of ``d`` with OPAQUE replaced by ``c`` (``_subst``), plus, if ``d``'s rule can end
         within it (the opaque node is ``escaped``), what ``c`` returns to (``_return_items``); the
-        closure of several items is the union of theirs. Opaque nodes exist for every position once
-        the grammar is compiled, so a state met for the first time costs a few lookups per item
-        instead of a walk of the grammar.
+        closure of several items is the union of theirs. Compiling the grammar made the opaque nodes
+        of all positions that read bytes (the others are made when first needed), so a state met for
+        the first time costs a few lookups per item instead of a walk of the grammar.
         """
         a = self.a
         if len(kernel) == 1:
@@ -215,20 +215,22 @@ class StateSpace:
                                a.accepting or b.accepting, a.escaped or b.escaped)
 
     def _merge(self, items) -> tuple:
-        """One item per position: items at the same position merge their contexts into a union.
+        """One item per position, sorted: items at the same position merge their contexts into a union.
 
         ``(d, c1)`` and ``(d, c2)`` read the same input and, when the rule ends, return to both; so
         they are ``(d, c1 | c2)``. This keeps a state's size bounded by the grammar's positions even
         for infinitely ambiguous grammars such as ``S ::= S S | "a"``.
         """
-        by_pos: dict[int, list[int]] = {}
-        for d, c in items:
-            by_pos.setdefault(d, []).append(c)
-        out = []
-        for d in sorted(by_pos):
-            ctxs = by_pos[d]
-            out.append((d, ctxs[0] if len(ctxs) == 1 else self._union(ctxs)))
-        return tuple(out)
+        out = sorted(items)
+        for i in range(1, len(out)):
+            if out[i][0] == out[i - 1][0]:
+                break
+        else:                            # the usual case: every position once
+            return tuple(out)
+        by_pos: dict[int, dict[int, None]] = {}
+        for d, c in out:
+            by_pos.setdefault(d, {})[c] = None
+        return tuple((d, next(iter(cs)) if len(cs) == 1 else self._union(list(cs))) for d, cs in by_pos.items())
 
     def _union(self, ctxs: list[int]) -> int:
         flags, returns = 0, set()
