@@ -6,7 +6,8 @@ every item the kernel reaches: a call predicts the callee's start with a *local*
 returns to. When the walk is done the local contexts the kept items need are interned
 (``_resolver``), by what they return to, so that states of ambiguous and recursive grammars stay
 bounded by the grammar. ``StateSpace.closure`` runs it for kernels whose caller is unknown (the
-OPAQUE context: the opaque node of each position) and builds the other closures from those nodes.
+OPAQUE context: the opaque node of each position) and builds the other closures from those nodes,
+save chains of completions too deep or cyclic for that, which come back here.
 """
 from __future__ import annotations
 

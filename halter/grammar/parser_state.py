@@ -141,7 +141,7 @@ class StateSpace:
             for d, c in kernel:
                 acc, esc = self._instance(d, c, scan, tok, 0)
                 accepting, escaped = accepting or acc, escaped or esc
-        except _TooDeep:                 # completions chained deeper than MAX_CHAIN: walk instead
+        except _TooDeep:                 # completions chained deeper than MAX_CHAIN, or in a cycle: walk instead
             return earley_closure(self, kernel)
         if not scan and not tok and not accepting and not escaped:
             return self.dead
