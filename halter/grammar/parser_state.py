@@ -42,7 +42,7 @@ class Node:
 
     ``scan`` and ``tok`` hold one item per position, sorted by position (``StateSpace._merge``).
     """
-    __slots__ = ("id", "scan", "tok", "accepting", "escaped", "next", "mask")
+    __slots__ = ("id", "scan", "tok", "accepting", "escaped", "next")
 
     def __init__(self, nid: int, scan: tuple, tok: tuple, accepting: bool, escaped: bool,
                  unknown: array) -> None:
@@ -52,7 +52,6 @@ class Node:
         self.accepting = accepting
         self.escaped = escaped
         self.next = unknown[:]      # byte class -> next node's id (memoised transitions; -1: not yet)
-        self.mask = None            # memoised token bitmask (set by the token side)
 
     @property
     def dead(self) -> bool:
