@@ -40,7 +40,7 @@ class RuleAutomata:
     has_bytes: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.has_bytes = [any(n >= 0 for n in row) for row in self.byte_next]
+        self.has_bytes = [max(row) >= 0 for row in self.byte_next]
 
     @property
     def n_positions(self) -> int:
@@ -122,7 +122,10 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
         i += 1
         intervals = [iv for q in subset for iv in byte_edges[q]]
         row = [-1] * n_classes
-        if intervals:
+        if len(intervals) == 1:                 # one byte range (inside a literal, most states)
+            lo, hi, t = intervals[0]
+            row[lo:hi] = [target((t,))] * (hi - lo)
+        elif intervals:
             # classes between consecutive interval ends share one target set: a sweep over the
             # ends keeps the set of covering intervals' targets, one lookup per segment
             cuts = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
@@ -158,8 +161,60 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
     return accepting, byte_next, calls, tokens
 
 
+SMALL_DFA = 16
+"""DFAs with at most this many states are refined in plain Python; larger ones with numpy."""
+
+
 def _minimize(acc, byte_next, calls, tokens):
-    """Moore partition refinement (vectorised over byte classes); returns the four tables merged."""
+    """Moore partition refinement; returns the four tables merged.
+
+    A state's signature is its block, its byte row mapped to blocks and its call/token edges mapped
+    to blocks; a round splits blocks by signature, until a round splits none.
+    """
+    n = len(acc)
+    block = _refine_small(acc, byte_next, calls, tokens) if n <= SMALL_DFA else \
+        _refine_numpy(acc, byte_next, calls, tokens)
+    # renumber so the start state stays 0
+    remap: dict[int, int] = {}
+    for q in range(n):
+        remap.setdefault(block[q], len(remap))
+    m = len(remap)
+    final = [remap[block[q]] for q in range(n)] + [-1]
+    get = final.__getitem__
+    out_acc, out_bytes = [False] * m, [None] * m
+    out_calls, out_toks = [None] * m, [None] * m
+    for q in range(n):
+        b = final[q]
+        if out_bytes[b] is None:
+            out_acc[b] = acc[q]
+            out_bytes[b] = list(map(get, byte_next[q]))
+            out_calls[b] = sorted({(r, final[t]) for r, t in calls[q]})
+            out_toks[b] = sorted({(k, final[t]) for k, t in tokens[q]})
+    return out_acc, out_bytes, out_calls, out_toks
+
+
+def _refine_small(acc, byte_next, calls, tokens) -> list[int]:
+    """The coarsest stable partition, one dict of signatures per round (most rules are a few states)."""
+    n = len(acc)
+    block = [1 if a else 0 for a in acc]
+    n_blocks = len(set(block))
+    while True:
+        get = (block + [-1]).__getitem__          # the last entry answers a missing edge's -1
+        sigs: dict[tuple, int] = {}
+        new = []
+        for q in range(n):
+            cl, tk = calls[q], tokens[q]
+            key = (block[q], tuple(map(get, byte_next[q])),
+                   tuple([(r, block[t]) for r, t in cl]) if cl else (),
+                   tuple([(k, block[t]) for k, t in tk]) if tk else ())
+            new.append(sigs.setdefault(key, len(sigs)))
+        if len(sigs) == n_blocks:
+            return block
+        block, n_blocks = new, len(sigs)
+
+
+def _refine_numpy(acc, byte_next, calls, tokens) -> list[int]:
+    """The coarsest stable partition, each round vectorised over states and byte classes."""
     n = len(acc)
     table = np.asarray(byte_next, dtype=np.int64).reshape(n, -1)
     block = np.asarray(acc, dtype=np.int64)
@@ -182,24 +237,8 @@ def _minimize(acc, byte_next, calls, tokens):
         new = new.reshape(-1).astype(np.int64)
         count = int(new.max()) + 1 if n else 0
         if count == n_blocks:
-            break
+            return block.tolist()
         block, n_blocks = new, count
-    block = new.tolist()
-    # renumber so the start state stays 0
-    remap: dict[int, int] = {}
-    for q in range(n):
-        remap.setdefault(block[q], len(remap))
-    m = len(remap)
-    out_acc, out_bytes = [False] * m, [None] * m
-    out_calls, out_toks = [None] * m, [None] * m
-    for q in range(n):
-        b = remap[block[q]]
-        if out_bytes[b] is None:
-            out_acc[b] = acc[q]
-            out_bytes[b] = [remap[block[t]] if t >= 0 else -1 for t in byte_next[q]]
-            out_calls[b] = sorted({(r, remap[block[t]]) for r, t in calls[q]})
-            out_toks[b] = sorted({(k, remap[block[t]]) for k, t in tokens[q]})
-    return out_acc, out_bytes, out_calls, out_toks
 
 
 def build_automata(rules: dict[str, Expr], root: str) -> RuleAutomata:
@@ -220,10 +259,12 @@ def build_automata(rules: dict[str, Expr], root: str) -> RuleAutomata:
     rule_of, accepting, byte_next, calls, tokens = [], [], [], [], []
     for r, (acc, bn, cl, tk) in enumerate(per_rule):
         off = offsets[r]
+        shift = list(range(off, off + len(acc))) + [-1]     # local state -> position; -1 stays -1
+        get = shift.__getitem__
         for q in range(len(acc)):
             rule_of.append(r)
             accepting.append(acc[q])
-            byte_next.append(tuple([t + off if t >= 0 else -1 for t in bn[q]]))
+            byte_next.append(tuple(map(get, bn[q])))
             calls.append(tuple((rr, t + off) for rr, t in cl[q]))
             tokens.append(tuple((k, t + off) for k, t in tk[q]))
     nullable = _nullable(per_rule)
@@ -273,7 +314,7 @@ def _trim(per_rule, names, root_id: int):
         # live = can reach an accepting state
         rev: list[set[int]] = [set() for _ in range(m)]
         for q in range(m):
-            for t in bn[q]:
+            for t in set(bn[q]):
                 if t >= 0:
                     rev[t].add(q)
             for _rr, t in cl[q]:
@@ -295,15 +336,21 @@ def _trim(per_rule, names, root_id: int):
         reach, stack = {0}, [0]
         while stack:
             q = stack.pop()
-            succ = [t for t in bn[q] if t >= 0] + [t for _, t in cl[q]] + [t for _, t in tk[q]]
+            succ = set(bn[q])
+            succ.update([t for _, t in cl[q]])
+            succ.update([t for _, t in tk[q]])
             for t in succ:
-                if t in live and t not in reach:
+                if t >= 0 and t in live and t not in reach:
                     reach.add(t)
                     stack.append(t)
         order = sorted(reach)
         new = {q: i for i, q in enumerate(order)}
+        renum = [-1] * (m + 1)                  # old state -> new (-1: dropped); renum[-1] is -1
+        for q, i in new.items():
+            renum[q] = i
+        get = renum.__getitem__
         out.append(([acc[q] for q in order],
-                    [[new.get(t, -1) if t >= 0 else -1 for t in bn[q]] for q in order],
+                    [list(map(get, bn[q])) for q in order],
                     [[(rr, new[t]) for rr, t in cl[q] if t in new] for q in order],
                     [[(k, new[t]) for k, t in tk[q] if t in new] for q in order]))
     return out
@@ -316,9 +363,11 @@ def _can_finish(dfa, productive) -> bool:
         q = stack.pop()
         if acc[q]:
             return True
-        succ = [t for t in bn[q] if t >= 0] + [t for rr, t in cl[q] if productive[rr]] + [t for _, t in tk[q]]
+        succ = set(bn[q])
+        succ.update([t for rr, t in cl[q] if productive[rr]])
+        succ.update([t for _, t in tk[q]])
         for t in succ:
-            if t not in seen:
+            if t >= 0 and t not in seen:
                 seen.add(t)
                 stack.append(t)
     return False

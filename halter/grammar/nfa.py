@@ -20,6 +20,10 @@ INLINE_TINY_STATES = 24          # rules this small are expanded even when they 
 SHARE_MIN_STATES = 16            # subexpressions this big are built once per (expression, end state)
 
 
+def _one(_name: str) -> int:
+    return 1
+
+
 class Nfa:
     def __init__(self) -> None:
         self.edges: list[list[tuple[int, object, int]]] = []
@@ -158,10 +162,10 @@ class NfaBuilder:
         inlined callees count once per occurrence, repeats included."""
         if ref_size is not None:
             return self._size(expr, ref_size, {})
-        key = id(expr)
-        if key not in self._size_cache:
-            self._size_cache[key] = self._size(expr, lambda r: 1, {})
-        return self._size_cache[key]
+        n = self._size_cache.get(id(expr))
+        if n is None:                    # the cache is the memo: subtrees are sized once, not per ancestor
+            n = self._size(expr, _one, self._size_cache)
+        return n
 
     def _size(self, expr: Expr, ref_size, memo: dict) -> int:
         key = id(expr)
