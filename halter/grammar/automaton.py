@@ -4,7 +4,8 @@ Each rule body is a regular expression over three kinds of symbols: bytes (chara
 expanded to UTF-8 byte ranges), calls of other rules, and token references. It is turned into an NFA,
 determinized (rule calls are symbols, so ``x? x? x?`` or ``("a" | "a" | "aa")*`` collapse into a few
 states), minimized, and trimmed of states that can never complete. The states of all rules are then
-numbered globally: these are the grammar *positions* that token masks are precomputed for.
+numbered globally: these are the grammar *positions* that token masks are precomputed for, and
+positions of different rules that no input tells apart are merged (``quotient.py``).
 Bytes are grouped into classes (bytes no rule tells apart share a class) to keep tables small.
 """
 from __future__ import annotations
@@ -16,10 +17,11 @@ import numpy as np
 from halter.errors import GrammarError
 from halter.grammar.ast import Expr, TokenRef
 from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
+from halter.grammar.quotient import merge_equivalent_positions
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
-AUTOMATON_VERSION = "10"
+AUTOMATON_VERSION = "11"
 
 
 @dataclass
@@ -28,7 +30,7 @@ class RuleAutomata:
     rule_names: list[str]
     root: int
     start: list[int]                       # rule -> its start position
-    rule_of: list[int]                     # position -> rule
+    rule_of: list[int]                     # position -> rule (the first, where positions of rules merged)
     accepting: list[bool]                  # position -> the rule may end here
     byte_next: list[tuple[int, ...]]       # position -> next position per byte class (-1: none)
     calls: list[tuple[tuple[int, int], ...]]    # position -> ((rule, position after the call), ...)
@@ -241,8 +243,11 @@ def _refine_numpy(acc, byte_next, calls, tokens) -> list[int]:
         block, n_blocks = new, count
 
 
-def build_automata(rules: dict[str, Expr], root: str) -> RuleAutomata:
-    """Compile the rules reachable from ``root`` into global position tables."""
+def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> RuleAutomata:
+    """Compile the rules reachable from ``root`` into global position tables.
+
+    ``merge``: merge positions that no input tells apart, across rules (``quotient.py``).
+    """
     b = NfaBuilder(rules)
     b.build_all(root)
     class_of = _byte_classes(b.nfas)
@@ -268,9 +273,10 @@ def build_automata(rules: dict[str, Expr], root: str) -> RuleAutomata:
             calls.append(tuple((rr, t + off) for rr, t in cl[q]))
             tokens.append(tuple((k, t + off) for k, t in tk[q]))
     nullable = _nullable(per_rule)
-    return RuleAutomata(rule_names=b.names, root=0, start=offsets, rule_of=rule_of, accepting=accepting,
-                        byte_next=byte_next, calls=calls, tokens=tokens, token_refs=b.token_refs,
-                        class_of=class_of, n_classes=n_classes, nullable=nullable)
+    automata = RuleAutomata(rule_names=b.names, root=0, start=offsets, rule_of=rule_of, accepting=accepting,
+                            byte_next=byte_next, calls=calls, tokens=tokens, token_refs=b.token_refs,
+                            class_of=class_of, n_classes=n_classes, nullable=nullable)
+    return merge_equivalent_positions(automata) if merge else automata
 
 
 def _nullable(per_rule) -> list[bool]:
