@@ -38,71 +38,98 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _S31)
 
 
-def _bounds(owner: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where each owner's entries begin and end in ``owner`` (sorted ascending), for ``_segment_sums``."""
-    b = np.searchsorted(owner, np.arange(n + 1))
-    return b[1:], b[:-1]
-
-
-def _segment_sums(bounds: tuple[np.ndarray, np.ndarray], values: np.ndarray) -> np.ndarray:
-    """Per owner, the wrapping sum of its ``values``."""
-    total = np.concatenate(([np.uint64(0)], np.cumsum(values, dtype=np.uint64)))
-    return total[bounds[0]] - total[bounds[1]]
-
-
 def equivalence_classes(a: "RuleAutomata") -> np.ndarray | None:
     """Position -> class id of the coarsest partition found (None: every position is its own)."""
-    n, n_cls = a.n_positions, a.n_classes
-    if n < 2:
+    if a.n_positions < 2:
         return None
+    flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int64, count=a.n_positions * a.n_classes)
+    return _classes(a, flat)
+
+
+def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
+    n, n_cls = a.n_positions, a.n_classes
+    owner, x, y, mul, salt = _edges(a, flat, n, n_cls)
+    bounds = np.searchsorted(owner, np.arange(n + 1))
+    hi, lo = bounds[1:], bounds[:-1]
+    acc = np.asarray(a.accepting, dtype=np.uint64) * _K_ACC
     with np.errstate(over="ignore"):
-        flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int64, count=n * n_cls)
-        live = flat >= 0
-        pos = np.repeat(np.arange(n, dtype=np.int64), n_cls)[live]
-        cls_col = np.tile(np.arange(n_cls, dtype=np.uint64), n)[live]
-        tgt = flat[live]
-        # one edge per (position, target): the classes leading there, summarised by a hash of the set
-        key = pos * n + tgt
-        order = np.argsort(key, kind="stable")
-        key, cls_col = key[order], cls_col[order]
-        first = np.ones(len(key), dtype=bool)
-        first[1:] = key[1:] != key[:-1]
-        starts = np.flatnonzero(first)
-        set_hash = np.add.reduceat(_mix(cls_col + _K_TGT), starts) if len(key) else np.zeros(0, np.uint64)
-        e_pos, e_tgt = key[starts] // n, key[starts] % n
-        c_pos, c_start, c_tgt = _flatten(a.calls, lambda r, t: (a.start[r], t))
-        k_pos, k_ref, k_tgt = _flatten(a.tokens, lambda k, t: (k, t))
-        e_b, c_b, k_b = _bounds(e_pos, n), _bounds(c_pos, n), _bounds(k_pos, n)
-        acc = np.asarray(a.accepting, dtype=np.uint64) * _K_ACC
-        h = _mix(acc + np.uint64(1))
-        count = len(np.unique(h))
+        hx = np.zeros(n + 1, dtype=np.uint64)      # position hashes, and a 0 for edges with one target
+        hx[:n] = _mix(acc + np.uint64(1))
+        sums = np.zeros(len(owner) + 1, dtype=np.uint64)
+        count = len(np.unique(hx[:n]))
         while True:
-            total = h * _K_OLD + acc
-            total += _segment_sums(e_b, _mix(set_hash ^ h[e_tgt]))
-            if len(c_pos):
-                total += _segment_sums(c_b, _mix(h[c_start] * _K_CALL + h[c_tgt])) * _K_CALL
-            if len(k_pos):
-                total += _segment_sums(k_b, _mix(k_ref.astype(np.uint64) * _K_TOK + h[k_tgt])) * _K_TOK
-            h = _mix(total)
-            uniq, classes = np.unique(h, return_inverse=True)
-            if len(uniq) == count:
+            # an edge's term: its label and where it leads (a call: the callee's start and the return)
+            v = hx[x]
+            v *= mul
+            v += hx[y]
+            v += salt
+            np.cumsum(_mix(v), out=sums[1:])
+            total = hx[:n] * _K_OLD
+            total += acc
+            total += sums[hi]
+            total -= sums[lo]
+            hx[:n] = _mix(total)
+            ordered = np.sort(hx[:n])
+            new_count = int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
+            if new_count == count:
                 break
-            count = len(uniq)
-    if count == n or not _is_bisimulation(a, classes, flat.reshape(n, n_cls)):
+            count = new_count
+    if count == n:
+        return None
+    classes = np.unique(hx[:n], return_inverse=True)[1]
+    if not _is_bisimulation(a, classes, flat.reshape(n, n_cls)):
         return None
     return classes
 
 
-def _flatten(rows, item) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    owner, first, second = [], [], []
-    for p, row in enumerate(rows):
-        for x, t in row:
-            u, v = item(x, t)
-            owner.append(p)
-            first.append(u)
-            second.append(v)
-    return (np.asarray(owner, dtype=np.int64), np.asarray(first, dtype=np.int64),
-            np.asarray(second, dtype=np.int64))
+def _edges(a: "RuleAutomata", flat: np.ndarray, n: int, n_cls: int):
+    """Every position's out-edges, sorted by position: (owner, x, y, mul, salt) arrays.
+
+    A position's byte edges are grouped by target (one edge per target, labelled with a hash of the
+    classes that lead there); a call leads to two places, the callee's start ``x`` and the return
+    ``y``; a byte or token edge has ``y = n``, the slot whose hash is 0.
+    """
+    pos, cls_col = np.nonzero(flat.reshape(n, n_cls) >= 0)
+    key = pos * n + flat[pos * n_cls + cls_col]
+    order = np.argsort(key)
+    key, cls_col = key[order], cls_col[order].astype(np.uint64)
+    parts = []
+    if len(key):
+        first = np.ones(len(key), dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        with np.errstate(over="ignore"):
+            set_hash = np.add.reduceat(_mix(cls_col + _K_TGT), starts)
+        m = len(starts)
+        parts.append((key[starts] // n, key[starts] % n, np.full(m, n), np.ones(m, np.uint64), set_hash))
+    c_owner, c_x, c_y = [], [], []
+    for p, row in enumerate(a.calls):
+        for r, t in row:
+            c_owner.append(p)
+            c_x.append(a.start[r])
+            c_y.append(t)
+    if c_owner:
+        m = len(c_owner)
+        parts.append((np.asarray(c_owner), np.asarray(c_x), np.asarray(c_y),
+                      np.full(m, _K_CALL, np.uint64), np.full(m, _K_CALL, np.uint64)))
+    k_owner, k_x, k_salt = [], [], []
+    for p, row in enumerate(a.tokens):
+        for k, t in row:
+            k_owner.append(p)
+            k_x.append(t)
+            k_salt.append(k)
+    if k_owner:
+        m = len(k_owner)
+        with np.errstate(over="ignore"):
+            salt = _mix(np.asarray(k_salt, dtype=np.uint64) + _K_TOK)
+        parts.append((np.asarray(k_owner), np.asarray(k_x), np.full(m, n), np.ones(m, np.uint64), salt))
+    if not parts:
+        e = np.zeros(0, dtype=np.int64)
+        return e, e, e, np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    owner, x, y, mul, salt = (np.concatenate([part[i] for part in parts]) for i in range(5))
+    order = np.argsort(owner, kind="stable")
+    return (owner[order].astype(np.int64), x[order].astype(np.int64), y[order].astype(np.int64),
+            mul[order], salt[order])
 
 
 def _is_bisimulation(a: "RuleAutomata", classes: np.ndarray, byte_next: np.ndarray) -> bool:
@@ -135,24 +162,27 @@ def _is_bisimulation(a: "RuleAutomata", classes: np.ndarray, byte_next: np.ndarr
 def merge_equivalent_positions(a: "RuleAutomata") -> "RuleAutomata":
     """``a`` with equivalent positions merged into one (``a`` itself when none are)."""
     from halter.grammar.automaton import RuleAutomata
-    classes = equivalence_classes(a)
+    n = a.n_positions
+    if n < 2:
+        return a
+    flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int64, count=n * a.n_classes)
+    classes = _classes(a, flat)
     if classes is None:
         return a
-    n = a.n_positions
     rep = np.full(classes.max() + 1, n, dtype=np.int64)
     np.minimum.at(rep, classes, np.arange(n, dtype=np.int64))
     reps = np.sort(rep).tolist()                    # new positions in the order of their first member
     rank = np.empty(len(rep), dtype=np.int64)
     rank[classes[reps]] = np.arange(len(reps))
     new_id = rank[classes].tolist() + [-1]         # old position -> new; index -1 keeps -1
-    get = new_id.__getitem__
     canon: dict[int, int] = {}                      # a rule -> the first rule starting at its start
     for r, s in enumerate(a.start):
         canon.setdefault(new_id[s], r)
     start = [new_id[s] for s in a.start]
     rule_of = [a.rule_of[p] for p in reps]
     accepting = [a.accepting[p] for p in reps]
-    byte_next = [tuple(map(get, a.byte_next[p])) for p in reps]
+    ext = np.asarray(new_id, dtype=np.int64)           # ext[-1] == -1
+    byte_next = list(map(tuple, ext[flat.reshape(n, a.n_classes)[reps]].tolist()))
     calls = [tuple(dict.fromkeys((canon[start[r]], new_id[t]) for r, t in a.calls[p])) for p in reps]
     tokens = [tuple(dict.fromkeys((k, new_id[t]) for k, t in a.tokens[p])) for p in reps]
     return RuleAutomata(rule_names=a.rule_names, root=a.root, start=start, rule_of=rule_of, accepting=accepting,
