@@ -3,9 +3,11 @@
 Each rule body is a regular expression over three kinds of symbols: bytes (character classes are
 expanded to UTF-8 byte ranges), calls of other rules, and token references. It is turned into an NFA,
 determinized (rule calls are symbols, so ``x? x? x?`` or ``("a" | "a" | "aa")*`` collapse into a few
-states), minimized, and trimmed of states that can never complete. The states of all rules are then
-numbered globally: these are the grammar *positions* that token masks are precomputed for, and
-positions of different rules that no input tells apart are merged (``quotient.py``).
+states) and trimmed of states that can never complete. The states of all rules are then numbered
+globally: these are the grammar *positions* that token masks are precomputed for. Last, positions
+that no input tells apart are merged, within a rule and across rules (``quotient.py``): that
+minimises every rule's DFA and shares the tails rules repeat. (``merge=False`` minimises each rule
+on its own instead.)
 Bytes are grouped into classes (bytes no rule tells apart share a class) to keep tables small.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from halter.grammar.quotient import merge_equivalent_positions
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
-AUTOMATON_VERSION = "11"
+AUTOMATON_VERSION = "12"
 
 
 @dataclass
@@ -255,7 +257,9 @@ def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> 
     per_rule = []
     for r, (nfa, s, e) in enumerate(b.nfas):
         dfa = _determinize(nfa, s, e, class_of, n_classes, b.names[r])
-        per_rule.append(_minimize(*dfa))
+        # the merge at the end finds every equivalence that minimising each rule would (and those
+        # across rules), so rule-by-rule minimisation only runs when there is no merge
+        per_rule.append(dfa if merge else _minimize(*dfa))
     per_rule = _trim(per_rule, b.names, root_id=0)
     offsets, total = [], 0
     for acc, *_ in per_rule:
@@ -313,20 +317,24 @@ def _trim(per_rule, names, root_id: int):
     if not productive[root_id]:
         raise GrammarError(f"the grammar can never match: rule '{names[root_id]}' has no finite "
                            f"derivation (check for recursion without a base case)", 1, 1)
+    all_productive = all(productive)
     out = []
     for r, (acc, bn, cl, tk) in enumerate(per_rule):
-        cl = [[(rr, t) for rr, t in row if productive[rr]] for row in cl]
+        if not all_productive:
+            cl = [[(rr, t) for rr, t in row if productive[rr]] for row in cl]
         m = len(acc)
-        # live = can reach an accepting state
-        rev: list[set[int]] = [set() for _ in range(m)]
+        succ: list[set[int]] = []                  # per state: where its edges lead
         for q in range(m):
-            for t in set(bn[q]):
-                if t >= 0:
-                    rev[t].add(q)
-            for _rr, t in cl[q]:
-                rev[t].add(q)
-            for _k, t in tk[q]:
-                rev[t].add(q)
+            s = set(bn[q])
+            s.discard(-1)
+            s.update([t for _rr, t in cl[q]])
+            s.update([t for _k, t in tk[q]])
+            succ.append(s)
+        # live = can reach an accepting state
+        rev: list[list[int]] = [[] for _ in range(m)]
+        for q, s in enumerate(succ):
+            for t in s:
+                rev[t].append(q)
         live = {q for q in range(m) if acc[q]}
         stack = list(live)
         while stack:
@@ -342,13 +350,13 @@ def _trim(per_rule, names, root_id: int):
         reach, stack = {0}, [0]
         while stack:
             q = stack.pop()
-            succ = set(bn[q])
-            succ.update([t for _, t in cl[q]])
-            succ.update([t for _, t in tk[q]])
-            for t in succ:
-                if t >= 0 and t in live and t not in reach:
+            for t in succ[q]:
+                if t in live and t not in reach:
                     reach.add(t)
                     stack.append(t)
+        if len(reach) == m:                        # the usual case: nothing to drop
+            out.append((acc, bn, cl, tk))
+            continue
         order = sorted(reach)
         new = {q: i for i, q in enumerate(order)}
         renum = [-1] * (m + 1)                  # old state -> new (-1: dropped); renum[-1] is -1

@@ -1,8 +1,9 @@
 """Merge grammar positions that no input can tell apart, across rules (a bisimulation quotient).
 
-Each rule's DFA is minimal on its own, but rules repeat one another's tails: every property rule a
-JSON Schema makes ends in ``ws ":" ws <value> ws``, every closed object repeats the same separators,
-and equal sub-rules come out of ``$ref``s under different names. Two positions are *equivalent* when
+Rules repeat one another's tails: every property rule a JSON Schema makes ends in
+``ws ":" ws <value> ws``, every closed object repeats the same separators, and equal sub-rules come
+out of ``$ref``s under different names; and a rule's own DFA, fresh from subset construction, is not
+minimal yet. Two positions are *equivalent* when
 they agree on whether the rule may end there and, for every byte class, call and token reference,
 step to equivalent positions (calls compared by the callee's start). Equivalent positions accept the
 same texts under any caller, so they can be one position: the token tables are then computed once
@@ -48,7 +49,7 @@ def equivalence_classes(a: "RuleAutomata") -> np.ndarray | None:
 
 def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
     n, n_cls = a.n_positions, a.n_classes
-    owner, x, y, mul, salt = _edges(a, flat, n, n_cls)
+    owner, x, y, mul, salt, coef = _edges(a, flat, n, n_cls)
     bounds = np.searchsorted(owner, np.arange(n + 1))
     hi, lo = bounds[1:], bounds[:-1]
     acc = np.asarray(a.accepting, dtype=np.uint64) * _K_ACC
@@ -63,7 +64,9 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
             v *= mul
             v += hx[y]
             v += salt
-            np.cumsum(_mix(v), out=sums[1:])
+            v = _mix(v)
+            v *= coef
+            np.cumsum(v, out=sums[1:])
             total = hx[:n] * _K_OLD
             total += acc
             total += sums[hi]
@@ -83,11 +86,14 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
 
 
 def _edges(a: "RuleAutomata", flat: np.ndarray, n: int, n_cls: int):
-    """Every position's out-edges, sorted by position: (owner, x, y, mul, salt) arrays.
+    """Every position's out-edges, sorted by position: (owner, x, y, mul, salt, coef) arrays.
 
-    A position's byte edges are grouped by target (one edge per target, labelled with a hash of the
-    classes that lead there); a call leads to two places, the callee's start ``x`` and the return
-    ``y``; a byte or token edge has ``y = n``, the slot whose hash is 0.
+    An edge's term in a round is ``mix(h[x] * mul + h[y] + salt) * coef``. A call leads to two
+    places, the callee's start ``x`` and the return ``y``; a byte or token edge has ``y = n``, the
+    slot whose hash is 0. Byte edges are grouped by target, one edge per (position, target) whose
+    ``coef`` is the sum of the classes' own hashes: the sum of terms is then the same as one term
+    per class, so ``{a} -> t1, {b} -> t2`` hashes like ``{a, b} -> t`` once t1, t2 and t are
+    found equivalent (rows of DFAs that were not minimised rule by rule).
     """
     pos, cls_col = np.nonzero(flat.reshape(n, n_cls) >= 0)
     key = pos * n + flat[pos * n_cls + cls_col]
@@ -101,7 +107,8 @@ def _edges(a: "RuleAutomata", flat: np.ndarray, n: int, n_cls: int):
         with np.errstate(over="ignore"):
             set_hash = np.add.reduceat(_mix(cls_col + _K_TGT), starts)
         m = len(starts)
-        parts.append((key[starts] // n, key[starts] % n, np.full(m, n), np.ones(m, np.uint64), set_hash))
+        parts.append((key[starts] // n, key[starts] % n, np.full(m, n), np.ones(m, np.uint64),
+                      np.zeros(m, np.uint64), set_hash))
     c_owner, c_x, c_y = [], [], []
     for p, row in enumerate(a.calls):
         for r, t in row:
@@ -110,8 +117,8 @@ def _edges(a: "RuleAutomata", flat: np.ndarray, n: int, n_cls: int):
             c_y.append(t)
     if c_owner:
         m = len(c_owner)
-        parts.append((np.asarray(c_owner), np.asarray(c_x), np.asarray(c_y),
-                      np.full(m, _K_CALL, np.uint64), np.full(m, _K_CALL, np.uint64)))
+        k_call, k_tgt = np.full(m, _K_CALL, np.uint64), np.full(m, _K_TGT, np.uint64)
+        parts.append((np.asarray(c_owner), np.asarray(c_x), np.asarray(c_y), k_call, k_call, k_tgt))
     k_owner, k_x, k_salt = [], [], []
     for p, row in enumerate(a.tokens):
         for k, t in row:
@@ -122,14 +129,15 @@ def _edges(a: "RuleAutomata", flat: np.ndarray, n: int, n_cls: int):
         m = len(k_owner)
         with np.errstate(over="ignore"):
             salt = _mix(np.asarray(k_salt, dtype=np.uint64) + _K_TOK)
-        parts.append((np.asarray(k_owner), np.asarray(k_x), np.full(m, n), np.ones(m, np.uint64), salt))
+        parts.append((np.asarray(k_owner), np.asarray(k_x), np.full(m, n), np.ones(m, np.uint64), salt,
+                      np.full(m, _K_TOK, np.uint64)))
     if not parts:
-        e = np.zeros(0, dtype=np.int64)
-        return e, e, e, np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    owner, x, y, mul, salt = (np.concatenate([part[i] for part in parts]) for i in range(5))
+        e, u = np.zeros(0, dtype=np.int64), np.zeros(0, np.uint64)
+        return e, e, e, u, u, u
+    owner, x, y, mul, salt, coef = (np.concatenate([part[i] for part in parts]) for i in range(6))
     order = np.argsort(owner, kind="stable")
     return (owner[order].astype(np.int64), x[order].astype(np.int64), y[order].astype(np.int64),
-            mul[order], salt[order])
+            mul[order], salt[order], coef[order])
 
 
 def _is_bisimulation(a: "RuleAutomata", classes: np.ndarray, byte_next: np.ndarray) -> bool:
