@@ -43,7 +43,7 @@ def equivalence_classes(a: "RuleAutomata") -> np.ndarray | None:
     """Position -> class id of the coarsest partition found (None: every position is its own)."""
     if a.n_positions < 2:
         return None
-    flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int64, count=a.n_positions * a.n_classes)
+    flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int32, count=a.n_positions * a.n_classes)
     return _classes(a, flat)
 
 
@@ -173,7 +173,7 @@ def merge_equivalent_positions(a: "RuleAutomata") -> "RuleAutomata":
     n = a.n_positions
     if n < 2:
         return a
-    flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int64, count=n * a.n_classes)
+    flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int32, count=n * a.n_classes)
     classes = _classes(a, flat)
     if classes is None:
         return a
