@@ -58,7 +58,7 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
         hx[:n] = _mix(acc + np.uint64(1))
         sums = np.zeros(len(owner) + 1, dtype=np.uint64)
         count = len(np.unique(hx[:n]))
-        while True:
+        for _round in range(n + 1):       # Moore's refinement is stable within n rounds
             # an edge's term: its label and where it leads (a call: the callee's start and the return)
             v = hx[x]
             v *= mul
@@ -77,6 +77,8 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
             if new_count == count:
                 break
             count = new_count
+        else:                            # only hash collisions could get here: merge nothing
+            return None
     if count == n:
         return None
     classes = np.unique(hx[:n], return_inverse=True)[1]
