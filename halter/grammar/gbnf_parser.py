@@ -7,6 +7,7 @@ except inside parentheses and right after ``|`` or ``::=``.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from lark import Lark, Token, Transformer, v_args
@@ -69,8 +70,12 @@ class _NewlinePostLex:
             yield tok
 
 
-_PARSER = Lark(_GBNF_LARK, parser="lalr", lexer="contextual", postlex=_NewlinePostLex(),
-               propagate_positions=True, maybe_placeholders=False)
+@functools.cache
+def _parser() -> Lark:
+    """The LALR parser of GBNF, made on first use (~40 ms: a process that only converts schemas,
+    whose syntax trees are built directly, never needs it)."""
+    return Lark(_GBNF_LARK, parser="lalr", lexer="contextual", postlex=_NewlinePostLex(),
+                propagate_positions=True, maybe_placeholders=False)
 
 _SIMPLE_ESCAPES = {"t": "\t", "r": "\r", "n": "\n", "\\": "\\", '"': '"', "[": "[", "]": "]",
                    "-": "-", "^": "^", "/": "/", "'": "'", ".": ".", "0": "\0",
@@ -272,7 +277,7 @@ def parse_gbnf(text: str) -> RuleSet:
     if not re.sub(r"#[^\n]*", "", text).strip():
         raise GrammarError("empty grammar: no rules defined", 1, 1, text)
     try:
-        tree = _PARSER.parse(text)
+        tree = _parser().parse(text)
     except UnexpectedInput as err:
         raise _describe_unexpected(err, text) from None
     try:
