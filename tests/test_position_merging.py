@@ -148,3 +148,26 @@ def test_a_partition_that_merges_different_positions_is_refused():
     assert not _is_bisimulation(a, wrong, flat)
     right = np.arange(n)
     assert _is_bisimulation(a, right, flat)
+
+
+def test_rules_with_token_references_merge_and_keep_their_masks():
+    from tests.test_token_masks import synthetic_vocab
+    vocab = synthetic_vocab()
+    bos = len(vocab) - 3
+    # a and b read the same (a control token, then text); c differs only in which token it refuses
+    g = Grammar.from_gbnf(f'root ::= a "," b "," c\na ::= <[{bos}]> [0-9]+ | "(" a ")"\n'
+                          f'b ::= <[{bos}]> [0-9]+ | "(" b ")"\nc ::= !<[{ord("x")}]> [0-9]+ | "(" c ")"')
+    start = dict(zip(g._automata.rule_names, g._automata.start))
+    assert start["a"] == start["b"] != start["c"]
+    cg, ch = g.compile(vocab, cache=False), unmerged(g).compile(vocab, cache=False)
+    rng = random.Random(3)
+    for _ in range(20):
+        m, n = cg.matcher(), ch.matcher()
+        for _step in range(12):
+            mask = m.allowed_mask()
+            assert np.array_equal(mask, n.allowed_mask())
+            ids = [t for t in np.flatnonzero(mask).tolist() if not cg.eog_mask[t]]
+            if not ids:
+                break
+            t = rng.choice(ids)
+            assert m.accept_token(t) and n.accept_token(t)
