@@ -217,12 +217,12 @@ def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = Tr
                     progress: bool | None = None) -> CompiledGrammar:
     t0 = time.perf_counter()
     cg = CompiledGrammar(grammar, vocab)
-    path = cache_dir() / f"{cg.cache_key()}.npz"
-    if cache and path.exists() and cg._load_tables(path):
+    path = cache_dir() / f"{cg.cache_key()}.npz" if cache else None
+    if path is not None and path.exists() and cg._load_tables(path):
         cg.from_cache = True
     else:
         cg._precompute(progress)
-        if cache:
+        if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 cg.save(path)
