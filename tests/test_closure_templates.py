@@ -49,6 +49,12 @@ def agree(grammar: Grammar, text: bytes) -> int:
     """Step both spaces through ``text``; assert they agree after every prefix; bytes read alive."""
     fast, slow = grammar._space, StateSpace(grammar._automata, templates=False)
     assert fast.templates and not slow.templates
+    return spaces_agree(fast, slow, text)
+
+
+def spaces_agree(fast: StateSpace, slow: StateSpace, text: bytes) -> int:
+    """Step two state spaces through ``text``: the same next bytes and the same "may end here"
+    after every prefix; returns how many bytes were read before both died (or all of them)."""
     a, b = fast.initial, slow.initial
     for i, byte in enumerate(text):
         assert a.accepting == b.accepting, f"accepting differs after {text[:i]!r}"

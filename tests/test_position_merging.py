@@ -22,7 +22,7 @@ from halter.grammar.automaton import build_automata
 from halter.grammar.quotient import _is_bisimulation, equivalence_classes
 from halter.grammar.random_text import random_text
 from tests.conftest import shared_path
-from tests.test_closure_templates import grammars
+from tests.test_closure_templates import grammars, spaces_agree
 
 
 def unmerged(g: Grammar) -> Grammar:
@@ -31,17 +31,7 @@ def unmerged(g: Grammar) -> Grammar:
 
 def agree(g: Grammar, h: Grammar, text: bytes) -> int:
     """Step both grammars' states through ``text``; assert they agree after every prefix."""
-    sa, sb = g._space, h._space
-    a, b = sa.initial, sb.initial
-    for i, byte in enumerate(text):
-        assert a.accepting == b.accepting, f"may-end differs after {text[:i]!r}"
-        assert sa.live_bytes(a) == sb.live_bytes(b), f"next bytes differ after {text[:i]!r}"
-        a, b = sa.step_byte(a, byte), sb.step_byte(b, byte)
-        assert (a.id == 0) == (b.id == 0)
-        if a.id == 0:
-            return i
-    assert a.accepting == b.accepting
-    return len(text)
+    return spaces_agree(g._space, h._space, text)
 
 
 def test_rules_with_the_same_body_share_their_positions():
