@@ -3,12 +3,12 @@
 Rules repeat one another's tails: every property rule a JSON Schema makes ends in
 ``ws ":" ws <value> ws``, every closed object repeats the same separators, and equal sub-rules come
 out of ``$ref``s under different names; and a rule's own DFA, fresh from subset construction, is not
-minimal yet. Two positions are *equivalent* when
-they agree on whether the rule may end there and, for every byte class, call and token reference,
-step to equivalent positions (calls compared by the callee's start). Equivalent positions accept the
-same texts under any caller, so they can be one position: the token tables are then computed once
-for all of them, and the parser states that differ only by which copy they sit in become one state
-(the string value of each property, say, no longer makes states of its own).
+minimal yet. Two positions are *equivalent* when they agree on whether the rule may end there and,
+for every byte class, call and token reference, step to equivalent positions (calls compared by the
+callee's start). Equivalent positions accept the same texts under any caller, so they can be one
+position: the token tables are then computed once for all of them, and the parser states that
+differ only by which copy they sit in become one state (the string value of each property, say, no
+longer makes states of its own).
 
 The coarsest such partition is found by Moore's refinement with 64-bit hashes (each round hashes a
 position's flag, its class and its successors' classes), one vectorised pass per round; the result is
@@ -142,12 +142,18 @@ def _edges(a: "RuleAutomata", flat: np.ndarray, n: int, n_cls: int):
             mul[order], salt[order], coef[order])
 
 
+def _first_members(classes: np.ndarray) -> np.ndarray:
+    """Class id -> its smallest position."""
+    n = len(classes)
+    first = np.full(classes.max() + 1, n, dtype=np.int64)
+    np.minimum.at(first, classes, np.arange(n, dtype=np.int64))
+    return first
+
+
 def _is_bisimulation(a: "RuleAutomata", classes: np.ndarray, byte_next: np.ndarray) -> bool:
     """Exactly: does every position agree with its class's first member on flag and successors' classes?"""
     n = len(classes)
-    rep = np.full(classes.max() + 1, n, dtype=np.int64)
-    np.minimum.at(rep, classes, np.arange(n, dtype=np.int64))
-    mine = rep[classes]
+    mine = _first_members(classes)[classes]
     ext = np.append(classes, -1)
     succ = ext[byte_next]                      # -1 indexes the appended -1
     if not np.array_equal(succ, succ[mine]):
@@ -179,8 +185,7 @@ def merge_equivalent_positions(a: "RuleAutomata") -> "RuleAutomata":
     classes = _classes(a, flat)
     if classes is None:
         return a
-    rep = np.full(classes.max() + 1, n, dtype=np.int64)
-    np.minimum.at(rep, classes, np.arange(n, dtype=np.int64))
+    rep = _first_members(classes)
     reps = np.sort(rep).tolist()                    # new positions in the order of their first member
     rank = np.empty(len(rep), dtype=np.int64)
     rank[classes[reps]] = np.arange(len(reps))
