@@ -154,7 +154,7 @@ def _is_bisimulation(a: "RuleAutomata", classes: np.ndarray, byte_next: np.ndarr
     """Exactly: does every position agree with its class's first member on flag and successors' classes?"""
     n = len(classes)
     mine = _first_members(classes)[classes]
-    ext = np.append(classes, -1)
+    ext = np.append(classes, -1).astype(np.int32)
     succ = ext[byte_next]                      # -1 indexes the appended -1
     if not np.array_equal(succ, succ[mine]):
         return False
@@ -196,7 +196,7 @@ def merge_equivalent_positions(a: "RuleAutomata") -> "RuleAutomata":
     start = [new_id[s] for s in a.start]
     rule_of = [a.rule_of[p] for p in reps]
     accepting = [a.accepting[p] for p in reps]
-    ext = np.asarray(new_id, dtype=np.int64)           # ext[-1] == -1
+    ext = np.asarray(new_id, dtype=np.int32)           # ext[-1] == -1
     byte_next = list(map(tuple, ext[flat.reshape(n, a.n_classes)[reps]].tolist()))
     calls = [tuple(dict.fromkeys((canon[start[r]], new_id[t]) for r, t in a.calls[p])) for p in reps]
     tokens = [tuple(dict.fromkeys((k, new_id[t]) for k, t in a.tokens[p])) for p in reps]
