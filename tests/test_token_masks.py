@@ -166,6 +166,31 @@ def test_bitmask_layout_and_rollback(synth):
     assert (m.allowed_mask() == inside).all()
 
 
+def test_fill_bitmask_into_the_same_buffer_follows_the_matcher(synth):
+    """The checked target of ``fill_bitmask`` is remembered, so every later fill must still write
+    this step's mask into the right row, and clear words past the vocabulary in a wider buffer."""
+    cg = Grammar.from_gbnf(GRAMMARS["json"]).compile(synth, cache=False)
+    m = cg.matcher()
+    n_words = (len(synth) + 31) // 32
+    wide = np.full((3, n_words + 2), -1, dtype=np.int32)
+
+    def row_mask(r: int) -> np.ndarray:
+        return np.array([(int(wide[r, t // 32]) >> (t % 32)) & 1 for t in range(len(synth))], dtype=bool)
+
+    for token in (synth.token_bytes.index(b"{\""), ord("k"), synth.token_bytes.index(b"\": ")):
+        m.fill_bitmask(wide, 2)
+        assert (row_mask(2) == m.allowed_mask()).all() and not wide[2, n_words:].any()
+        m.fill_bitmask(wide, 0)
+        assert (row_mask(0) == m.allowed_mask()).all()
+        assert m.accept_token(token)
+    m.fill_bitmask(wide, 0)
+    assert (row_mask(0) == m.allowed_mask()).all() and (row_mask(0) != row_mask(2)).any()
+    assert (wide[1] == -1).all()                   # a row never named is left alone
+    flat = np.zeros(n_words, dtype=np.uint32)
+    m.fill_bitmask(flat)
+    assert (flat.view(np.int32) == wide[0, :n_words]).all()
+
+
 def test_forced_bytes(synth):
     cg = Grammar.from_gbnf('root ::= "{\\"name\\": \\"" [a-z]+ "\\"}"').compile(synth, cache=False)
     m = cg.matcher()

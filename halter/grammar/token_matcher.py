@@ -37,6 +37,7 @@ class TokenMatcher:
         self._history: list[tuple] = []     # (node, finished, tracker snapshot)
         check = getattr(compiled.grammar, "text_check", None)
         self._tracker = check.tracker() if check is not None else None
+        self._fill_to: tuple = (None, -1, None, None)    # (bitmask, row index, its words, words after)
 
     @property
     def vocab_size(self) -> int:
@@ -60,16 +61,25 @@ class TokenMatcher:
 
         ``out`` is 1-D (``ceil(vocab/32)`` words) or a 2-D batch, whose row ``index`` is written.
         """
+        last, last_index, words, rest = self._fill_to
+        if out is not last or index != last_index:       # checked once per target, then reused
+            words, rest = self._fill_target(out, index)
+        words[...] = self._bits()
+        if rest is not None:
+            rest[...] = 0
+
+    def _fill_target(self, out: np.ndarray, index: int):
         if not isinstance(out, np.ndarray) or out.dtype not in (np.int32, np.uint32) or out.ndim not in (1, 2):
             raise TypeError("fill_bitmask needs a 1-D or 2-D int32 numpy array "
                             "(halter.allocate_bitmask(batch, vocab_size) makes one)")
         row = out if out.ndim == 1 else out[index]
-        if row.shape[0] < self._cg.n_words:
-            raise ValueError(f"bitmask row has {row.shape[0]} words; need {self._cg.n_words} "
+        n = self._cg.n_words
+        if row.shape[0] < n:
+            raise ValueError(f"bitmask row has {row.shape[0]} words; need {n} "
                              f"for a vocabulary of {self.vocab_size}")
-        bits = self._bits().view(np.int32)
-        row[:len(bits)] = bits
-        row[len(bits):] = 0
+        words, rest = row[:n].view(np.uint32), (row[n:] if row.shape[0] > n else None)
+        self._fill_to = (out, index, words, rest)
+        return words, rest
 
     fill_next_token_bitmask = fill_bitmask
 
