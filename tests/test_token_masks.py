@@ -230,6 +230,31 @@ def test_compiled_grammar_is_reused_in_process(synth):
     assert (fresh.matcher().allowed_mask() == m.allowed_mask()).all()
 
 
+
+def test_states_with_equal_masks_share_one_read_only_array(synth):
+    """Masks are kept once per distinct content (a generation copies out fewer distinct arrays), and
+    no caller can change a kept mask in place: each state's fill still gives its own mask."""
+    g = Grammar.from_gbnf('root ::= "x" ("ab" | "cd") "y" ("ab" | "cd") "]"')
+    cg = g.compile(synth, cache=False)
+    steps = (b"x", b"ab", b"y", b"ab")
+    m, expected = cg.matcher(), []
+    for step in steps:
+        expected.append(m.allowed_mask().copy())
+        assert m.accept_bytes(step)
+    masks = list(cg._mask_memo.values())
+    assert len(masks) == 4                           # one per state met: "", "x", "xab", "xaby"
+    by_content = {}
+    for bits in masks:
+        assert by_content.setdefault(bits.tobytes(), bits) is bits    # equal content: the same array
+        assert not bits.flags.writeable
+        with pytest.raises(ValueError):
+            bits[0] = 0
+    assert len(by_content) == 3                      # after "x" and after "xaby" the same tokens go on
+    again = cg.matcher()
+    for step, mask in zip(steps, expected):
+        assert (again.allowed_mask() == mask).all()
+        assert again.accept_bytes(step)
+
 # -- real vocabularies ----------------------------------------------------------------------------
 
 REAL = ["llama-spm", "gpt-2", "deepseek-llm"]

@@ -47,7 +47,8 @@ class MaskAssembler:
         self.cg = cg
         self.space = cg.space
         self.zeros = np.zeros(cg.n_words, np.uint32)
-        self.node_memo: dict[int, np.ndarray] = {}
+        self.node_memo: dict[int, np.ndarray] = {}         # node id -> its mask (read-only, shared)
+        self._distinct: dict[bytes, np.ndarray] = {}       # a mask's bytes -> the one array viewing them
         self._esc_memo: dict[tuple[int, int], np.ndarray] = {}
         self._acc_memo: dict[tuple[int, ...], np.ndarray] = {}
         self._opaque_memo: dict[tuple[int, int], tuple] = {}
@@ -69,8 +70,18 @@ class MaskAssembler:
         bits = self.node_memo.get(node.id)
         if bits is None:
             self._tainted = False           # set by a cycle among suffixes: their parts are not memoised
-            bits = self.node_memo[node.id] = self._compute(node)
+            bits = self.node_memo[node.id] = self._shared(self._compute(node))
         return bits
+
+    def _shared(self, bits: np.ndarray) -> np.ndarray:
+        """One read-only copy per distinct mask: states share masks (a schema's states ~3.5 to one),
+        and the fewer distinct masks a generation copies out, the more of them stay in the CPU's
+        caches. The array is a view of its own bytes, which are the key: no second copy."""
+        key = bits.tobytes()
+        shared = self._distinct.get(key)
+        if shared is None:
+            shared = self._distinct[key] = np.frombuffer(key, dtype=np.uint32)
+        return shared
 
     def _compute(self, node: Node) -> np.ndarray:
         cg, a, zeros = self.cg, self.space.a, self.zeros
