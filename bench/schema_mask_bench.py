@@ -20,7 +20,9 @@ alone, as a real process does (noisier: a full collection lands in whichever pas
 automatic collections over the whole run, compiles included, are reported too. Reported: compile
 time and mean/p95 mask time per token for both grammars, and the schema/plain ratios; then, for the
 first pass, the ``accept_token`` times too (timed apart from the fill: a first pass also pays for building each new
-parser state when a token is accepted, and so do the peers), alone and added to the fill.
+parser state when a token is accepted, and so do the peers), alone and added to the fill; the
+second pass's fill + accept; and how many parser states and masks each grammar made for the first
+time per token in its first pass (what a first pass pays for, beyond the steady state).
 
 ``--interleave`` times halter's masks while choosing each token instead (the longest allowed token
 is searched between two fills, as this bench did before 2026-11-21): that search walks thousands of
@@ -234,6 +236,9 @@ def main() -> None:
     warm_plain: list[float] = []
     schema_accepts: list[float] = []     # accept_token times, first pass
     plain_accepts: list[float] = []
+    warm_schema_acc: list[float] = []    # accept_token times, second pass
+    warm_plain_acc: list[float] = []
+    new_states = {"schema grammars": [0, 0, 0], "plain JSON": [0, 0, 0]}   # first pass: states, masks, tokens
     for row in rows[::step][:args.schemas]:
         valid = [t["data"] for t in row["tests"] if t["valid"]]
         if not valid:
@@ -269,12 +274,18 @@ def main() -> None:
             tokens = greedy_tokens(vocab, text, index) or []
             s_acc: list[float] = []
             p_acc: list[float] = []
+            n0 = (len(cg.space.nodes), len(plain.space.nodes))
             st = replay(cg, tokens, bitmask, s_acc, "schema grammars") if tokens else None
             pt = replay(plain, tokens, bitmask, p_acc, "plain JSON") if tokens else None
             if st is not None and pt is not None:        # second pass: cached masks (steady state)
-                st2 = replay(cg, tokens, bitmask) or []
+                for name, c, before in (("schema grammars", cg, n0[0]), ("plain JSON", plain, n0[1])):
+                    counts = new_states[name]
+                    counts[0] += len(c.space.nodes) - before
+                    counts[1] += len(c._mask_memo)
+                    counts[2] += len(tokens)
+                st2 = replay(cg, tokens, bitmask, warm_schema_acc) or []
                 warm_schema += st2
-                warm_plain += replay(plain, tokens, bitmask) or []
+                warm_plain += replay(plain, tokens, bitmask, warm_plain_acc) or []
         if st is None or pt is None:
             skipped += 1
             if args.verbose:
@@ -368,6 +379,17 @@ def main() -> None:
         s_, p_ = both["schema grammars"], both["plain JSON (json.gbnf)"]
         print(f"ratio schema/plain, fill + accept, first pass: mean {statistics.mean(s_) / statistics.mean(p_):.2f}x, "
               f"median {np.percentile(s_, 50) / np.percentile(p_, 50):.2f}x")
+        s2 = [f + a for f, a in zip(warm_schema, warm_schema_acc)]
+        p2 = [f + a for f, a in zip(warm_plain, warm_plain_acc)]
+        if s2 and p2:
+            print(f"second pass, fill + accept per token: schema grammars {ms(s2)} (median {ms(s2, 50)}), "
+                  f"plain JSON {ms(p2)} (median {ms(p2, 50)}); ratio mean "
+                  f"{statistics.mean(s2) / statistics.mean(p2):.2f}x, median "
+                  f"{np.percentile(s2, 50) / np.percentile(p2, 50):.2f}x")
+        # what a first pass pays for: parser states and masks made for the first time
+        print("first pass, made for the first time per token: " + "; ".join(
+            f"{name}: {c[0] / c[2]:.2f} parser states, {c[1] / c[2]:.2f} masks ({c[0]} and {c[1]} over {c[2]} tokens)"
+            for name, c in new_states.items() if c[2]))
         for peer in peers:
             ps = peer_stats[peer.name]
             if ps["accept"]:
