@@ -40,7 +40,14 @@ def _min_lengths(rules: dict[str, Expr]) -> dict[str, float]:
             s = size(body)
             if s < best[name]:
                 best[name], changed = s, True
-    best["__size__"] = size  # type: ignore[assignment]
+    memo: dict[int, float] = {}      # id(expression) -> its shortest length, now that ``best`` is final
+
+    def final_size(e: Expr) -> float:
+        got = memo.get(id(e))
+        if got is None:
+            got = memo[id(e)] = size(e)
+        return got
+    best["__size__"] = final_size  # type: ignore[assignment]
     return best
 
 
