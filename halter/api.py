@@ -117,7 +117,7 @@ def resolve_constraint(model: Any, *, grammar: Any = None, json_schema: Any = No
     """The compiled grammar and parser for at most one constraint, compiled for ``model.vocab``.
 
     ``schema_options`` go to ``json_schema_to_gbnf`` (``whitespace``, ``strict``,
-    ``closed_objects``, ``prop_order``) for the JSON constraints.
+    ``closed_objects``, ``prop_order``, ``target``) for the JSON constraints.
     """
     opts = dict(schema_options or {})
     given = [(n, v) for n, v in zip(_CONSTRAINTS, (grammar, json_schema, regex, output_type, response_format))
@@ -184,8 +184,8 @@ def _build(model: Any, kind: str, spec: Any, opts: dict[str, Any]) -> Constraint
         g = Grammar.from_gbnf(regex_to_gbnf(spec))
     else:
         if kind == "output_type":          # a Python type's JSON has only its own fields
-            spec, parse = _type_parser(spec)
-            opts = {"closed_objects": True, **opts}
+            spec, parse = _type_parser(spec)      # ... and Pydantic parses it
+            opts = {"closed_objects": True, "target": "pydantic", **opts}
         else:
             parse = _json_parser(spec)
         g = Grammar.from_json_schema(spec, **opts)

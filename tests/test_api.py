@@ -261,3 +261,18 @@ def test_calling_the_model_returns_the_validated_value(model: Model) -> None:
         model("x", Pet, max_tokens=2, seed=0)
     with pytest.raises(TypeError, match="streaming"):
         model("x", Pet, stream=True)
+
+
+def test_output_types_keep_to_what_pydantic_parses(model: Model) -> None:
+    # JSON Schema allows a leap second and a lone surrogate escape; Pydantic refuses both, so an
+    # output_type's grammar must not let a model write them (the output would fail to parse).
+    import datetime as dt
+
+    from halter.api import resolve_constraint
+    stamps = resolve_constraint(model, output_type=list[dt.datetime])
+    assert stamps.matches('["2016-12-31T23:59:59Z"]')
+    assert not stamps.matches('["2016-12-31T23:59:60Z"]')
+    assert resolve_constraint(model, json_schema={"type": "array", "items": {"type": "string", "format": "date-time"}}
+                              ).matches('["2016-12-31T23:59:60Z"]')
+    words = resolve_constraint(model, output_type=list[str])
+    assert words.matches('["\\ud83d\\ude00"]') and not words.matches('["\\ud83d"]')

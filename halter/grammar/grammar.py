@@ -102,15 +102,23 @@ class Grammar:
 
     @classmethod
     def from_pydantic(cls, model: type, **options: Any) -> "Grammar":
-        """A grammar for the JSON form of a Pydantic model class."""
+        """A grammar for the JSON form of a Pydantic model class.
+
+        Built from the model's JSON Schema with ``target="pydantic"`` (unless ``options`` say
+        otherwise): what the grammar accepts, ``model.model_validate_json`` takes, as far as the
+        schema tells (no lone surrogate escapes, dates Python can hold, Pydantic's own formats).
+        """
         from halter.schemas import pydantic_to_json_schema
-        return cls.from_json_schema(pydantic_to_json_schema(model), **options)
+        return cls.from_json_schema(pydantic_to_json_schema(model), **{"target": "pydantic", **options})
 
     @classmethod
     def from_type(cls, tp: Any, **options: Any) -> "Grammar":
-        """A grammar for the JSON form of a Python type (``int``, ``list[str]``, ``Literal[...]``, ...)."""
+        """A grammar for the JSON form of a Python type (``int``, ``list[str]``, ``Literal[...]``, ...).
+
+        Like ``from_pydantic``, ``target="pydantic"`` by default.
+        """
         from halter.schemas import type_to_json_schema
-        return cls.from_json_schema(type_to_json_schema(tp), **options)
+        return cls.from_json_schema(type_to_json_schema(tp), **{"target": "pydantic", **options})
 
     # -- matching ----------------------------------------------------------------------------
     def matcher(self) -> GrammarMatcher:

@@ -21,6 +21,8 @@ from halter.grammar.ast import Expr, Literal, RuleRef, alt, format_grammar
 from halter.schemas import logic, one_of, unevaluated
 from halter.schemas import merge as merging
 from halter.schemas.arrays import array_grammar
+from halter.schemas.formats import FORMATS
+from halter.schemas.formats_pydantic import PYDANTIC_FORMATS
 from halter.schemas.json_text import NEVER, JsonText
 from halter.schemas.objects import object_grammar
 from halter.schemas.refs import DEFAULT_BASE, RefIndex, pointer_escape
@@ -28,6 +30,8 @@ from halter.schemas.rules import Rules, tidy_rules
 from halter.schemas.scalars import integer_grammar, number_grammar, values_grammar
 from halter.schemas.strings import StringBuilder
 
+TARGETS = ("json-schema", "pydantic")
+"""Whose idea of a valid instance the grammar follows (``json_schema_to_gbnf(target=...)``)."""
 MAX_ALTERNATIVES = 64
 MAX_DEPTH = 40
 _DRAFTS = {"draft-04": "draft4", "draft-06": "draft6", "draft-07": "draft7", "2019-09": "draft2019",
@@ -50,9 +54,13 @@ def _draft_of(schema: Any) -> str:
 class Converter:
     def __init__(self, schema: Any, *, whitespace: str = "flexible", strict: bool = False,
                  closed_objects: bool = False, prop_order: Sequence[str] | None = None,
-                 unique_checked: str | None = None) -> None:
+                 target: str = "json-schema", unique_checked: str | None = None) -> None:
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.schema = copy.deepcopy(schema)
         self.strict = strict
+        self.target = target
+        self.formats = PYDANTIC_FORMATS if target == "pydantic" else FORMATS   # format name -> regex
         # uniqueItems the grammar cannot enforce: None (nobody checks it), "exact" (the caller checks
         # it beside the grammar, for every array the schema requires unique) or "partial" (checked,
         # except where the check cannot tell that the schema requires it)
@@ -62,7 +70,7 @@ class Converter:
         self.prop_order = list(prop_order) if prop_order else None
         self.draft = _draft_of(self.schema)
         self.rules = Rules()
-        self.js = JsonText(self.rules, whitespace)
+        self.js = JsonText(self.rules, whitespace, lone_surrogates=target == "json-schema")
         self.strings = StringBuilder(self.js, self)
         self.index = RefIndex(self.schema, self.draft)
         self.ref_rules: dict[str, RuleRef] = {}
@@ -303,7 +311,8 @@ def _meta_validate(schema: Any) -> None:
 
 
 def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexible", strict: bool = False,
-                        closed_objects: bool = False, prop_order: Sequence[str] | None = None) -> str:
+                        closed_objects: bool = False, prop_order: Sequence[str] | None = None,
+                        target: str = "json-schema") -> str:
     """GBNF text (root rule ``root``) accepting the JSON texts valid under ``schema``.
 
     Parameters
@@ -317,6 +326,12 @@ def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexibl
     closed_objects : forbid properties not listed in ``properties`` unless the schema says
         otherwise (llama.cpp's behaviour); the spec's default allows them.
     prop_order : known properties in this order (then schema order) instead of any order.
+    target : ``"json-schema"`` (default) accepts what the JSON Schema spec and RFC 8259 allow;
+        ``"pydantic"`` keeps to what Pydantic's ``model_validate_json`` takes (the default of
+        ``Grammar.from_pydantic``/``from_type`` and of ``generate(output_type=...)``): no lone
+        surrogate escapes in strings, dates and times that Python's ``datetime`` holds (years
+        0001-9999, no leap second), and Pydantic's own formats (``ipvanyaddress``,
+        ``ipv4network``, ``base64``, ...) enforced instead of read as annotations.
 
     Raises
     ------
@@ -324,7 +339,8 @@ def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexibl
     UnsupportedSchemaError : strict mode and a keyword a grammar cannot express.
     """
     return format_grammar(schema_to_rules(schema, whitespace=whitespace, strict=strict,
-                                          closed_objects=closed_objects, prop_order=prop_order))
+                                          closed_objects=closed_objects, prop_order=prop_order,
+                                          target=target))
 
 
 def schema_to_rules(schema: dict | str | bool, **options: Any) -> dict[str, Expr]:

@@ -48,3 +48,12 @@ def _leap_second() -> str:
 
 TIME = rf"(?:{_HHMM}:[0-5][0-9]{_FRAC}(?:[Zz]|[+-]{_HHMM})|{_leap_second()})"
 DATE_TIME = DATE + "[Tt]" + TIME
+
+# What Python's ``datetime`` can hold (Pydantic parses into it): years 0001-9999 (no year 0, so
+# 0000-02-29 goes too) and no leap second. Everything else is RFC 3339 as above, a subset of what
+# Pydantic's parser takes (it also takes a space for ``T``, no offset, more fraction digits).
+_PY_YEAR = r"(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
+_PY_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[13579][26]|[2468][048]|0[48])00)"
+PY_DATE = DATE.replace(_YEAR, _PY_YEAR).replace(_LEAP_YEAR, _PY_LEAP_YEAR)
+PY_TIME = rf"{_HHMM}:[0-5][0-9]{_FRAC}(?:[Zz]|[+-]{_HHMM})"
+PY_DATE_TIME = PY_DATE + "[Tt]" + PY_TIME

@@ -9,7 +9,9 @@ spell each character several ways (``é``, ``\\u00e9``, ``\\u00E9``). For constr
 * everything else: raw and ``\\uXXXX`` (a surrogate pair beyond the BMP), hex digits in any case.
 
 That covers ``json.dumps`` output with and without ``ensure_ascii``. Unconstrained strings accept
-every spelling RFC 8259 allows. Lone surrogate escapes are only accepted in unconstrained strings.
+every spelling RFC 8259 allows, lone surrogate escapes (``\\ud800``) included unless the
+``JsonText`` is made with ``lone_surrogates=False`` (RFC 7493's I-JSON: the strings every decoder
+into Unicode text, Pydantic's among them, takes); constrained strings never accept them.
 """
 from __future__ import annotations
 
@@ -135,11 +137,12 @@ def _surrogate_pairs(lo: int, hi: int) -> Expr:
 class JsonText:
     """Builds the shared JSON helper rules (whitespace, strings, numbers, values) into ``rules``."""
 
-    def __init__(self, rules: Rules, whitespace: str = "flexible") -> None:
+    def __init__(self, rules: Rules, whitespace: str = "flexible", *, lone_surrogates: bool = True) -> None:
         if whitespace not in WHITESPACE_MODES:
             raise ValueError(f"whitespace must be one of {WHITESPACE_MODES}, not {whitespace!r}")
         self.rules = rules
         self.compact = whitespace == "compact"
+        self.lone_surrogates = lone_surrogates
         self._class_rules: dict[tuple, RuleRef] = {}
 
     # whitespace -------------------------------------------------------------------------------
@@ -159,7 +162,9 @@ class JsonText:
 
     # strings ----------------------------------------------------------------------------------
     def string_char(self) -> Expr:
-        """Any JSON string character in any spelling (lone surrogate escapes included)."""
+        """Any JSON string character in any spelling (lone surrogate escapes too, if allowed)."""
+        if not self.lone_surrogates:
+            return self.counted_char()
         body = alt(CharClass(tuple(_RAW)),
                    cat(Literal("\\"), alt(CharClass(tuple((c, c) for c in sorted(map(ord, '"\\/bfnrt')))),
                                           cat(Literal("u"), Repeat(HEX, 4, 4)))))

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from halter.grammar.ast import Expr, Literal, Repeat
 from halter.schemas import merge as merging
 from halter.schemas.automaton_grammar import dfa_to_expr
-from halter.schemas.formats import FORMATS
 from halter.schemas.char_automaton import (AutomatonTooLarge, Dfa, length_range_dfa, literal_set,
                                            product, product_states, trim)
 from halter.schemas.json_text import cat
@@ -50,9 +49,9 @@ def names_dfa(conv: "Converter", names_schema: Any, ptr: str) -> Dfa | None:
         dfas.append(d)
     fmt = names_schema.get("format")
     if fmt is not None:
-        if fmt not in FORMATS:
+        if fmt not in conv.formats:
             return None
-        expr = conv.strings.pattern_expr(FORMATS[fmt], ptr, anchored=True)
+        expr = conv.strings.pattern_expr(conv.formats[fmt], ptr, anchored=True)
         d = conv.strings.expr_dfa(expr) if expr is not None else None
         if d is None:
             return None

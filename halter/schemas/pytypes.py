@@ -29,8 +29,9 @@ def type_to_json_schema(tp: Any) -> dict:
 
     Supports ``int``, ``float``, ``bool``, ``str``, ``None``, ``list[T]``, ``set[T]``,
     ``dict[str, T]``, ``tuple[A, B]``/``tuple[T, ...]``, ``Literal[...]``, ``Enum`` subclasses,
-    ``Optional``/``Union``, dataclasses, ``TypedDict`` and Pydantic models. Named types (dataclasses,
-    TypedDicts, enums) go to ``$defs`` so recursive types work.
+    ``Optional``/``Union``, dataclasses, ``TypedDict`` and Pydantic models, and (with pydantic
+    installed) any other type Pydantic has a schema for (``datetime``, ``UUID``, ``Decimal``...).
+    Named types (dataclasses, TypedDicts, enums) go to ``$defs`` so recursive types work.
     """
     defs: dict[str, Any] = {}
     root = _convert(tp, defs, set())
@@ -93,7 +94,24 @@ def _convert(tp: Any, defs: dict, active: set) -> dict:
         defs[name] = {"type": "object", "properties": props, "required": required, "additionalProperties": False}
         active.discard(name)
         return ref
-    raise SchemaError(f"no JSON Schema for the Python type {tp!r}", "#")
+    schema = _pydantic_schema(tp)      # datetime, UUID, Decimal, IP addresses...: Pydantic knows them
+    if schema is None:
+        raise SchemaError(f"no JSON Schema for the Python type {tp!r}", "#")
+    for name, sub in schema.pop("$defs", {}).items():
+        defs.setdefault(name, sub)
+    return schema
+
+
+def _pydantic_schema(tp: Any) -> dict | None:
+    """Pydantic's JSON Schema for ``tp`` (its ``$defs`` included), or None without pydantic or one."""
+    try:
+        import pydantic
+    except ImportError:
+        return None
+    try:
+        return pydantic.TypeAdapter(tp).json_schema()
+    except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError):
+        return None
 
 
 def _is_typeddict(tp: Any) -> bool:

@@ -15,7 +15,7 @@ from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Re
 from halter.schemas.automaton_grammar import dfa_to_expr
 from halter.schemas.char_automaton import (AutomatonTooLarge, Dfa, from_expr, length_range_dfa, literal_set,
                                            minimize, product)
-from halter.schemas.formats import APPROXIMATE_FORMATS, FORMATS, UNCHECKED_FORMATS
+from halter.schemas.formats import APPROXIMATE_FORMATS, UNCHECKED_FORMATS
 from halter.schemas.json_text import JsonText, cat
 from halter.schemas.objects import key_complement
 from halter.schemas.regex import RegexError, UnsupportedRegexError, regex_to_expr
@@ -149,8 +149,9 @@ class StringBuilder:
         constraints: list[tuple[str, Expr]] = []
         fmt = s.get("format")
         if isinstance(fmt, str):
-            if fmt in FORMATS:
-                constraints.append(("format", self.pattern_expr(FORMATS[fmt], ptr, anchored=True)))
+            formats = self.conv.formats
+            if fmt in formats:
+                constraints.append(("format", self.pattern_expr(formats[fmt], ptr, anchored=True)))
             elif fmt in APPROXIMATE_FORMATS:
                 self.conv.unsupported("format", ptr, f"format {fmt!r} is only checked as a superset")
                 constraints.append(("format", self.pattern_expr(APPROXIMATE_FORMATS[fmt], ptr, anchored=True)))
