@@ -93,6 +93,11 @@ def test_schema2gbnf(tmp_path, capsys) -> None:
     assert str(s) in err and "pattern" in err
     assert main(["schema2gbnf", str(s), "--lenient"]) == 0
     assert "warning" in capsys.readouterr().err
+    s.write_text(json.dumps({"type": "string", "format": "date-time"}))
+    for target, leap_second_ok in (("json-schema", True), ("pydantic", False)):
+        assert main(["schema2gbnf", str(s), "--target", target]) == 0
+        g = Grammar.from_gbnf(capsys.readouterr().out)
+        assert g.matches('"2016-12-31T23:59:60Z"') is leap_second_ok
 
 
 def test_compile_reports_times_and_sizes(gguf, tmp_path, capsys) -> None:

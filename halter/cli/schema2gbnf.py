@@ -25,6 +25,10 @@ def add_parser(sub: Any) -> None:
                    help="drop keywords a grammar cannot enforce (with a warning) instead of failing")
     p.add_argument("--closed-objects", action="store_true",
                    help="forbid properties not listed in 'properties' (llama.cpp's default)")
+    p.add_argument("--target", choices=("json-schema", "pydantic"), default="json-schema",
+                   help="whose validity to follow: the JSON Schema spec (default) or Pydantic's parser "
+                        "(a schema made by model_json_schema: no leap seconds or lone surrogates, "
+                        "Pydantic's IP and base64 formats)")
     p.add_argument("--prop-order", default="", metavar="A,B",
                    help="emit these properties first, in this order, instead of any order")
     p.add_argument("-o", "--output", help="write the grammar to this file instead of standard output")
@@ -54,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         try:
             gbnf = json_schema_to_gbnf(schema, whitespace=args.whitespace, strict=not args.lenient,
-                                       closed_objects=args.closed_objects, prop_order=order or None)
+                                       closed_objects=args.closed_objects, prop_order=order or None,
+                                       target=args.target)
         except SchemaError as err:
             name = "<stdin>" if args.schema == "-" else args.schema
             raise type(err)(f"{name}: {err.message}", err.pointer, err.keyword) from None
