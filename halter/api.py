@@ -68,12 +68,13 @@ def _type_parser(tp: Any) -> tuple[dict, Callable[[str], Any]]:
     """(JSON Schema, validating parser) of a Pydantic model class or a Python type."""
     import pydantic
 
+    from halter.schemas.pytypes import pydantic_grammar_schema
     if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
-        schema, validate = tp.model_json_schema(), tp.model_validate_json
+        schema, validate = pydantic_grammar_schema(tp), tp.model_validate_json
     else:
         try:
             adapter = pydantic.TypeAdapter(tp)
-            schema = adapter.json_schema()
+            schema = pydantic_grammar_schema(tp)
         except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as err:
             raise SchemaError(f"output_type {tp!r} has no JSON form: {err}") from None
         validate = adapter.validate_json

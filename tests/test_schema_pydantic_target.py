@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import decimal
 import enum
 import ipaddress
 import json
@@ -23,7 +24,8 @@ from halter.grammar.random_text import random_text
 from halter.schemas import json_schema_to_gbnf
 
 pydantic = pytest.importorskip("pydantic")
-from pydantic import BaseModel, Base64Bytes, Field, IPvAnyAddress, IPvAnyInterface, IPvAnyNetwork  # noqa: E402
+from pydantic import (AnyUrl, Base64Bytes, BaseModel, Field, HttpUrl, IPvAnyAddress, IPvAnyInterface,  # noqa: E402
+                      FiniteFloat, IPvAnyNetwork, NaiveDatetime, StrictInt, condecimal)
 
 
 class Size(enum.IntEnum):
@@ -54,6 +56,13 @@ class Record(BaseModel):
     net: IPvAnyNetwork
     net4: ipaddress.IPv4Network
     blob: Base64Bytes
+    home: HttpUrl
+    link: AnyUrl
+    local: NaiveDatetime
+    price: condecimal(max_digits=6, decimal_places=2)
+    amount: decimal.Decimal
+    ratio: FiniteFloat
+    count: StrictInt
     tags: set[str] = set()
     notes: dict[str, int] = {}
     pair: tuple[int, str]
@@ -62,7 +71,8 @@ class Record(BaseModel):
 
 @pytest.fixture(scope="module")
 def record_grammar() -> Grammar:
-    return Grammar.from_pydantic(Record)
+    with pytest.warns(UserWarning, match="maxLength"):        # HttpUrl's 2083: not with its format
+        return Grammar.from_pydantic(Record)
 
 
 def test_every_drawn_instance_validates_with_pydantic(record_grammar: Grammar) -> None:
@@ -77,7 +87,9 @@ def test_pydantic_dumps_are_accepted(record_grammar: Grammar) -> None:
                seen=dt.datetime(2020, 1, 2, 3, 4, 5, 678000, tzinfo=dt.timezone(dt.timedelta(hours=-5))),
                at=dt.time(23, 59, 59, tzinfo=dt.timezone.utc), took=dt.timedelta(days=1, seconds=5),
                id=uuid.UUID(int=12345), host="::1", iface="10.1.2.3/8", net="2001:db8::/32",
-               net4="192.168.4.0/22", blob=base64.b64encode(b"\x00\xffhalter"), tags={"a", "é"}, notes={"k": -3}, pair=(1, "x"))
+               net4="192.168.4.0/22", blob=base64.b64encode(b"\x00\xffhalter"), home="https://example.com/a?b#c",
+               link="ftp://user@[::1]:2121/x", local=dt.datetime(1999, 12, 31, 23, 59, 59),
+               price=decimal.Decimal("1234.50"), amount=decimal.Decimal("-0.001"), ratio=1e300, count=7, tags={"a", "é"}, notes={"k": -3}, pair=(1, "x"))
     assert record_grammar.matches(r.model_dump_json())
     assert record_grammar.matches(r.model_dump_json(indent=2))
 
@@ -137,3 +149,59 @@ def test_from_type_uses_the_pydantic_target() -> None:
 def test_unknown_target_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="target must be one of"):
         json_schema_to_gbnf({"type": "string"}, target="marshmallow")
+
+
+@pytest.mark.parametrize("url, http_ok, any_ok", [
+    ("https://example.com/a/b?c=d#e", True, True),
+    ("HTTP://A.B:8080", True, True),
+    ("http://u:p@[2001:db8::1]:443/", True, True),
+    ("ftp://files.example.org/x", False, True),
+    ("http://10.0.0.1/", True, True),
+    ("http://1.2.3.999/", False, False),      # the last label is numeric: parsed as a bad IPv4
+    ("http://a.0x1f/", False, False),
+    ("http://xn--a.example/", False, False),  # punycode that does not decode
+    ("http://example.com:65536/", False, False),
+    ("x://[v1.a]/", False, False),            # IPvFuture: RFC 3986 has it, WHATWG does not
+])
+def test_urls_follow_the_whatwg_parser(url, http_ok, any_ok) -> None:
+    class Links(BaseModel):
+        http: HttpUrl
+        any: AnyUrl
+
+    with pytest.warns(UserWarning, match="maxLength"):
+        g = Grammar.from_pydantic(Links)
+    for field, ok in (("http", http_ok), ("any", any_ok)):
+        text = json.dumps({"http": "http://x.org", "any": "http://x.org", field: url})
+        assert g.matches(text) is ok, (field, url)
+        if ok:
+            Links.model_validate_json(text)
+
+
+def test_naive_and_aware_datetimes_are_told_apart() -> None:
+    class Times(BaseModel):
+        naive: NaiveDatetime
+        aware: dt.datetime
+
+    g = Grammar.from_pydantic(Times)
+    assert g.matches('{"naive": "2020-01-02T03:04:05.6", "aware": "2020-01-02T03:04:05+01:00"}')
+    assert not g.matches('{"naive": "2020-01-02T03:04:05Z", "aware": "2020-01-02T03:04:05Z"}')
+    assert not g.matches('{"naive": "2020-01-02T03:04:05", "aware": "2020-01-02T03:04:05"}')
+
+
+@pytest.mark.parametrize("tp, good, bad", [
+    (condecimal(max_digits=5, decimal_places=2), ["999.99", "-0.5", "1.500", '"012.30"', "12"],
+     ["1000", "1.505", "0.001", '"1.505"', '"1000"']),
+    (condecimal(max_digits=3), ["999", '"-12"'], ["1000", "1.5"]),
+    (condecimal(ge=0, decimal_places=1), ["0", "2.5"], ["-0.5", "2.55", '"2.5"']),   # bounds: numbers only
+    (decimal.Decimal, ["1e300", '"+1.5"', '"5."'], ["1e400", '"."', '"1e5"']),
+    (FiniteFloat, ["1e99", "-1.5e-99", "9" * 200], ["1e400", "1" + "0" * 200]),
+    (StrictInt, ["3", "-0"], ["3.0", "3e0"]),
+])
+def test_numbers_stay_in_what_pydantic_parses(tp, good, bad) -> None:
+    g = Grammar.from_type(tp)
+    ta = pydantic.TypeAdapter(tp)
+    for text in good:
+        assert g.matches(text), text
+        ta.validate_json(text)
+    for text in bad:
+        assert not g.matches(text), text

@@ -106,10 +106,12 @@ class Grammar:
 
         Built from the model's JSON Schema with ``target="pydantic"`` (unless ``options`` say
         otherwise): what the grammar accepts, ``model.model_validate_json`` takes, as far as the
-        schema tells (no lone surrogate escapes, dates Python can hold, Pydantic's own formats).
+        schema tells (no lone surrogate escapes, dates Python can hold, Pydantic's own formats,
+        http-only URLs and naive datetimes: ``schemas.pytypes.pydantic_grammar_schema``).
         """
-        from halter.schemas import pydantic_to_json_schema
-        return cls.from_json_schema(pydantic_to_json_schema(model), **{"target": "pydantic", **options})
+        from halter.schemas.pytypes import pydantic_grammar_schema, require_model
+        schema = pydantic_grammar_schema(require_model(model))
+        return cls.from_json_schema(schema, **{"target": "pydantic", **options})
 
     @classmethod
     def from_type(cls, tp: Any, **options: Any) -> "Grammar":

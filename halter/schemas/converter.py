@@ -70,7 +70,9 @@ class Converter:
         self.prop_order = list(prop_order) if prop_order else None
         self.draft = _draft_of(self.schema)
         self.rules = Rules()
-        self.js = JsonText(self.rules, whitespace, lone_surrogates=target == "json-schema")
+        spec = target == "json-schema"       # Pydantic: no lone surrogates; no 3.0 for an int (strict mode)
+        self.js = JsonText(self.rules, whitespace, lone_surrogates=spec, integer_fractions=spec,
+                           finite_numbers=not spec)
         self.strings = StringBuilder(self.js, self)
         self.index = RefIndex(self.schema, self.draft)
         self.ref_rules: dict[str, RuleRef] = {}
@@ -329,8 +331,9 @@ def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexibl
     target : ``"json-schema"`` (default) accepts what the JSON Schema spec and RFC 8259 allow;
         ``"pydantic"`` keeps to what Pydantic's ``model_validate_json`` takes (the default of
         ``Grammar.from_pydantic``/``from_type`` and of ``generate(output_type=...)``): no lone
-        surrogate escapes in strings, dates and times that Python's ``datetime`` holds (years
-        0001-9999, no leap second), and Pydantic's own formats (``ipvanyaddress``,
+        surrogate escapes in strings, integers without a zero fraction (``3.0`` fails a strict
+        ``int``), numbers that do not overflow a double (``1e400`` fails ``Decimal``), dates and times that Python's ``datetime`` holds (years 0001-9999, no leap
+        second), URLs the WHATWG parser takes, and Pydantic's own formats (``ipvanyaddress``,
         ``ipv4network``, ``base64``, ...) enforced instead of read as annotations.
 
     Raises

@@ -55,5 +55,6 @@ DATE_TIME = DATE + "[Tt]" + TIME
 _PY_YEAR = r"(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
 _PY_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[13579][26]|[2468][048]|0[48])00)"
 PY_DATE = DATE.replace(_YEAR, _PY_YEAR).replace(_LEAP_YEAR, _PY_LEAP_YEAR)
-PY_TIME = rf"{_HHMM}:[0-5][0-9]{_FRAC}(?:[Zz]|[+-]{_HHMM})"
+PY_TIME_NAIVE = rf"{_HHMM}:[0-5][0-9]{_FRAC}"
+PY_TIME = rf"{PY_TIME_NAIVE}(?:[Zz]|[+-]{_HHMM})"
 PY_DATE_TIME = PY_DATE + "[Tt]" + PY_TIME

@@ -37,8 +37,10 @@ EMAIL = (rf"(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\"(?:[ !#-\[\]-~]|\\[ -~])*\")"
 UUID = "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 
 
-def _uri(iri: bool) -> tuple[str, str]:
-    """(absolute URI, URI reference) regexes per RFC 3986 (RFC 3987 when ``iri``)."""
+def uri_parts(iri: bool = False) -> dict[str, str]:
+    """The pieces of RFC 3986 (RFC 3987 when ``iri``) as regexes: ``scheme``, ``userinfo`` (with
+    its ``@``), ``authority``, ``abempty`` (a path after an authority), ``query`` and ``fragment``
+    (each optional, with its ``?``/``#``), ``uri`` and ``reference``."""
     uc = r"\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\u{10000}-\u{EFFFD}" if iri else ""
     unreserved = rf"A-Za-z0-9._~\-{uc}"
     pct = "%[0-9A-Fa-f]{2}"
@@ -63,11 +65,12 @@ def _uri(iri: bool) -> tuple[str, str]:
     hier = f"(?://{authority}{abempty}|{absolute}|{rootless}|)"
     uri = f"{scheme}:{hier}{query}{fragment}"
     relative = f"(?://{authority}{abempty}|{absolute}|{noscheme}|){query}{fragment}"
-    return uri, f"(?:{uri}|{relative})"
+    return {"scheme": scheme, "userinfo": userinfo, "authority": authority, "abempty": abempty,
+            "query": query, "fragment": fragment, "uri": uri, "reference": f"(?:{uri}|{relative})"}
 
 
-URI, URI_REFERENCE = _uri(False)
-IRI, IRI_REFERENCE = _uri(True)
+URI, URI_REFERENCE = (uri_parts(False)[k] for k in ("uri", "reference"))
+IRI, IRI_REFERENCE = (uri_parts(True)[k] for k in ("uri", "reference"))
 JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
 RELATIVE_JSON_POINTER = rf"(?:0|[1-9][0-9]*)(?:#|{JSON_POINTER})"
 _DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"

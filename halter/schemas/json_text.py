@@ -45,6 +45,15 @@ _RAW = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, MAX_CODE_POINT))
 # code points whose \\u spelling constrained strings accept (everything but printable ASCII)
 _UESC = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0xD7FF), (0xE000, 0xFFFF))
 
+FINITE_DIGITS = 200
+"""Digits before the point of a number that must not overflow a double (see ``JsonText.number``)."""
+
+
+def finite_uint() -> Expr:
+    """``0`` or up to ``FINITE_DIGITS`` digits without a leading zero."""
+    return alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, FINITE_DIGITS - 1)))
+
+
 NEVER = CharClass(())
 """Matches nothing (an empty character class)."""
 
@@ -137,12 +146,15 @@ def _surrogate_pairs(lo: int, hi: int) -> Expr:
 class JsonText:
     """Builds the shared JSON helper rules (whitespace, strings, numbers, values) into ``rules``."""
 
-    def __init__(self, rules: Rules, whitespace: str = "flexible", *, lone_surrogates: bool = True) -> None:
+    def __init__(self, rules: Rules, whitespace: str = "flexible", *, lone_surrogates: bool = True,
+                 integer_fractions: bool = True, finite_numbers: bool = False) -> None:
         if whitespace not in WHITESPACE_MODES:
             raise ValueError(f"whitespace must be one of {WHITESPACE_MODES}, not {whitespace!r}")
         self.rules = rules
         self.compact = whitespace == "compact"
         self.lone_surrogates = lone_surrogates
+        self.integer_fractions = integer_fractions      # integers may be written 3.0 (the spec: yes)
+        self.finite_numbers = finite_numbers            # numbers stay below a double's overflow
         self._class_rules: dict[tuple, RuleRef] = {}
 
     # whitespace -------------------------------------------------------------------------------
@@ -259,14 +271,32 @@ class JsonText:
                    Repeat(DIGIT, 1, None))
 
     def number(self) -> Expr:
-        return self.rules.fixed("json-number", cat(Repeat(Literal("-"), 0, 1), self.uint(),
-                                                   Repeat(self.fraction(), 0, 1), Repeat(self.exponent(), 0, 1)))
+        """Any JSON number; with ``finite_numbers`` only those a double holds without overflowing.
+
+        Finite: at most ``FINITE_DIGITS`` digits before the point with a negative exponent or one
+        of up to two digits (< 10^299), or one digit before the point with an exponent up to 307,
+        or ``1.x`` (x < 7) with 308: every ``repr`` of a finite float but those of 1.7e308 and up.
+        """
+        sign = Repeat(Literal("-"), 0, 1)
+        if not self.finite_numbers:
+            return self.rules.fixed("json-number", cat(sign, self.uint(), Repeat(self.fraction(), 0, 1),
+                                                       Repeat(self.exponent(), 0, 1)))
+        e = CharClass(((0x45, 0x45), (0x65, 0x65)))
+        plus = Repeat(Literal("+"), 0, 1)
+        frac = Repeat(self.fraction(), 0, 1)
+        d = DIGIT
+        small = cat(finite_uint(), frac, Repeat(alt(cat(e, Literal("-"), Repeat(d, 1, None)),
+                                                    cat(e, plus, Repeat(d, 1, 2))), 0, 1))
+        big = cat(NONZERO, frac, e, plus, alt(cat(CharClass(((0x30, 0x32),)), d, d), cat(Literal("30"), CharClass(((0x30, 0x37),)))))
+        top = cat(Literal("1"), Repeat(cat(Literal("."), CharClass(((0x30, 0x36),)), Repeat(d, 0, None)), 0, 1),
+                  e, plus, Literal("308"))
+        return self.rules.fixed("json-number", cat(sign, alt(small, big, top)))
 
     def integer(self) -> Expr:
-        """A JSON number whose value is an integer: ``-?int`` with optional ``.0``s (no exponent)."""
-        return self.rules.fixed("json-integer", cat(
-            Repeat(Literal("-"), 0, 1), self.uint(),
-            Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1)))
+        """A JSON number whose value is an integer: ``-?int`` with optional ``.0``s (no exponent;
+        no ``.0`` either without ``integer_fractions``)."""
+        zeros = Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1) if self.integer_fractions else Literal("")
+        return self.rules.fixed("json-integer", cat(Repeat(Literal("-"), 0, 1), self.uint(), zeros))
 
     def value(self) -> Expr:
         """Any JSON value (recursive rules ``json-value``, ``json-object``, ``json-array``)."""

@@ -36,8 +36,10 @@ def uint_range(lo: int, hi: int | None) -> Expr | None:
     return alt(*parts)
 
 
-def integer_range(lo: int | None, hi: int | None) -> Expr | None:
-    """JSON texts of integers in lo..hi (None = unbounded); None if the range is empty."""
+def integer_range(lo: int | None, hi: int | None, fraction: bool = True) -> Expr | None:
+    """JSON texts of integers in lo..hi (None = unbounded); None if the range is empty.
+
+    ``fraction=False`` leaves out the zero-fraction spellings (``3.0``)."""
     if lo is not None and hi is not None and lo > hi:
         return None
     parts = []
@@ -54,7 +56,7 @@ def integer_range(lo: int | None, hi: int | None) -> Expr | None:
         parts.append(Literal("-0"))
     if not parts:
         return None
-    return cat(alt(*parts), ZERO_FRACTION)
+    return cat(alt(*parts), ZERO_FRACTION) if fraction else alt(*parts)
 
 
 # ---------------------------------------------------------------------------------------------

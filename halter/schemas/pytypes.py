@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from typing import Any
@@ -15,13 +16,86 @@ _PRIMITIVES = {int: {"type": "integer"}, float: {"type": "number"}, bool: {"type
 
 def pydantic_to_json_schema(model_cls: Any) -> dict:
     """The JSON Schema of a Pydantic (v2) model class, as ``model_json_schema()`` gives it."""
+    return require_model(model_cls).model_json_schema()
+
+
+def require_model(model_cls: Any) -> Any:
+    """``model_cls`` if it is a Pydantic model class; ImportError without pydantic, else TypeError."""
     try:
         import pydantic
     except ImportError:
-        raise ImportError("pydantic_to_json_schema needs pydantic: pip install 'pydantic>=2'") from None
+        raise ImportError("Pydantic models need pydantic: pip install 'pydantic>=2'") from None
     if not (isinstance(model_cls, type) and issubclass(model_cls, pydantic.BaseModel)):
         raise TypeError(f"expected a pydantic.BaseModel subclass, got {model_cls!r}")
-    return model_cls.model_json_schema()
+    return model_cls
+
+
+def pydantic_grammar_schema(tp: Any) -> dict:
+    """The JSON Schema halter builds the grammar of a Pydantic model class (or any type Pydantic
+    handles) from: Pydantic's own, with what it loses kept as halter's formats, which
+    ``target="pydantic"`` reads: URLs limited to http/https (``HttpUrl``) as ``x-halter-http-url``
+    or ``x-halter-https-url``, datetimes without an offset (``NaiveDatetime``) as
+    ``x-halter-naive-date-time``. Raises what ``pydantic.TypeAdapter`` raises for other types."""
+    import pydantic
+
+    gen = _grammar_schema_generator()
+    if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+        return tp.model_json_schema(schema_generator=gen)
+    return pydantic.TypeAdapter(tp).json_schema(schema_generator=gen)
+
+
+@functools.cache
+def _grammar_schema_generator() -> type:
+    from pydantic.json_schema import GenerateJsonSchema
+
+    class GrammarJsonSchema(GenerateJsonSchema):
+        def url_schema(self, schema: Any) -> dict:
+            out = super().url_schema(schema)
+            schemes = {s.lower() for s in schema.get("allowed_schemes") or ()}
+            if schemes == {"http", "https"} or schemes == {"https"}:
+                out["format"] = "x-halter-http-url" if "http" in schemes else "x-halter-https-url"
+            return out
+
+        def decimal_schema(self, schema: Any) -> dict:
+            return _exact_decimal(schema, super().decimal_schema(schema))
+
+        def datetime_schema(self, schema: Any) -> dict:
+            out = super().datetime_schema(schema)
+            if schema.get("tz_constraint") == "naive":
+                out["format"] = "x-halter-naive-date-time"
+            return out
+    return GrammarJsonSchema
+
+
+def _exact_decimal(core: Any, out: dict) -> dict:
+    """Pydantic's ``Decimal`` schema (``anyOf`` number, string with a lookahead pattern) made exact.
+
+    ``max_digits``/``decimal_places`` go into the number branch as bounds and ``multipleOf``
+    (Pydantic counts digits after dropping trailing zeros, so they say the same); the string
+    branch gets a pattern without lookahead: digits before an optional point (``.5`` is left
+    out), no more than the limits allow. With bounds, which no pattern can check, the string
+    branch goes. ``max_digits`` alone keeps to whole numbers.
+    """
+    branches = out.get("anyOf")
+    if not (isinstance(branches, list) and len(branches) == 2 and branches[0].get("type") == "number"):
+        return out
+    number, string = dict(branches[0]), dict(branches[1])
+    places, digits = core.get("decimal_places"), core.get("max_digits")
+    if digits is not None and places is None:
+        places = 0
+    limits: dict[str, Any] = {}
+    if places is not None:
+        limits["multipleOf"] = 1 if places == 0 else float(f"1e-{places}")
+    if digits is not None:
+        limits["exclusiveMaximum"], limits["exclusiveMinimum"] = 10 ** (digits - places), -10 ** (digits - places)
+    if limits:       # beside Pydantic's own bounds and multipleOf, which it may have written already
+        number = {**number, **limits} if not limits.keys() & number.keys() else {"allOf": [number, limits]}
+    if any(k in core for k in ("gt", "ge", "lt", "le", "multiple_of")):
+        return number
+    whole = r"\d+" if digits is None else rf"\d{{1,{max(digits - places, 1)}}}"
+    fraction = "" if places == 0 else r"(?:\.\d*)?" if places is None else rf"(?:\.\d{{0,{places}}}0*)?"
+    string["pattern"] = rf"^[+-]?0*{whole}{fraction}$"
+    return {**out, "anyOf": [number, string]}
 
 
 def type_to_json_schema(tp: Any) -> dict:
@@ -47,8 +121,9 @@ def _convert(tp: Any, defs: dict, active: set) -> dict:
         return {}
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if origin is typing.Annotated:
-        return _convert(args[0], defs, active)
+    if origin is typing.Annotated:       # constraints (conint, condecimal, Field(...)) are Pydantic's to read
+        schema = _pydantic_schema(tp)
+        return _convert(args[0], defs, active) if schema is None else _with_defs(schema, defs)
     if origin is typing.Literal:
         return {"enum": list(args)}
     if origin in (typing.Union, types.UnionType):
@@ -75,7 +150,7 @@ def _convert(tp: Any, defs: dict, active: set) -> dict:
     try:
         import pydantic
         if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
-            return tp.model_json_schema()
+            return pydantic_grammar_schema(tp)
     except ImportError:
         pass
     if dataclasses.is_dataclass(tp) or _is_typeddict(tp):
@@ -97,6 +172,11 @@ def _convert(tp: Any, defs: dict, active: set) -> dict:
     schema = _pydantic_schema(tp)      # datetime, UUID, Decimal, IP addresses...: Pydantic knows them
     if schema is None:
         raise SchemaError(f"no JSON Schema for the Python type {tp!r}", "#")
+    return _with_defs(schema, defs)
+
+
+def _with_defs(schema: dict, defs: dict) -> dict:
+    """``schema`` with its ``$defs`` moved into ``defs`` (shared by the whole type)."""
     for name, sub in schema.pop("$defs", {}).items():
         defs.setdefault(name, sub)
     return schema
@@ -109,7 +189,7 @@ def _pydantic_schema(tp: Any) -> dict | None:
     except ImportError:
         return None
     try:
-        return pydantic.TypeAdapter(tp).json_schema()
+        return pydantic_grammar_schema(tp)
     except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError):
         return None
 

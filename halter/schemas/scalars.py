@@ -16,7 +16,7 @@ from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas import merge as merging
 from halter.schemas.json_text import cat
 from halter.schemas.decimal_dfa import Fraction, Multiple, TooLarge, intersect, multiple_factor
-from halter.schemas.json_text import DIGIT, NEVER, NONZERO
+from halter.schemas.json_text import DIGIT, NEVER, NONZERO, finite_uint
 from halter.schemas.numbers import ZERO_FRACTION, decimal_bounds, integer_bounds, integer_range, number_range
 from halter.schemas.refs import DEFAULT_BASE
 
@@ -67,10 +67,10 @@ def literal(conv: "Converter", v: Any, ptr: str = "") -> Expr:
     if v is None or isinstance(v, bool):
         return Literal(json.dumps(v))
     if isinstance(v, int):
-        return integer_range(v, v)
+        return integer_range(v, v, js.integer_fractions)
     if isinstance(v, float):
         if v.is_integer():
-            return integer_range(int(v), int(v))
+            return integer_range(int(v), int(v), js.integer_fractions)
         d = Decimal(repr(v))
         return number_range(d, False, d, False)
     if isinstance(v, str):
@@ -99,7 +99,8 @@ def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
         return None                  # "not an integer" and an integer
     lo, hi = integer_bounds(s)
     bounded = lo is not None or hi is not None
-    base = integer_range(lo, hi) if bounded else None
+    fractions = conv.js.integer_fractions
+    base = integer_range(lo, hi, fractions) if bounded else None
     if bounded and base is None:
         return None
     # every integer is a multiple of 1, 0.5, 0.25, ... (p divides 10^k)
@@ -107,7 +108,7 @@ def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
                if not (isinstance(f, Multiple) and not f.negated and 10 ** f.k % f.p == 0)]
     if not factors:
         return base if bounded else conv.js.integer()
-    return _product(conv, s, ptr, base if bounded else INTEGER_TEXT, factors)
+    return _product(conv, s, ptr, base if bounded else INTEGER_TEXT if fractions else WHOLE_TEXT, factors)
 
 
 def number_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
@@ -123,12 +124,15 @@ def number_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
         return None
     if not factors:
         return base if bounded else conv.js.number()
-    return _product(conv, s, ptr, base if bounded else DECIMAL_TEXT, factors)
+    unbounded = FINITE_DECIMAL_TEXT if conv.js.finite_numbers else DECIMAL_TEXT
+    return _product(conv, s, ptr, base if bounded else unbounded, factors)
 
 
 _DIGITS = alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None)))
 INTEGER_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS, ZERO_FRACTION)
+WHOLE_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS)          # integers without a zero fraction
 DECIMAL_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS, Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1))
+FINITE_DECIMAL_TEXT = cat(Repeat(Literal("-"), 0, 1), finite_uint(), Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1))
 
 
 _TOO_LARGE = "the divisibility automaton would be too large (divisor p/10^k with p*(k+1) > 1000)"
