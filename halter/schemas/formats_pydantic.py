@@ -6,8 +6,8 @@ Python's ``datetime``, which holds neither year 0 nor leap seconds. ``PYDANTIC_F
 ``FORMATS`` with those dates and times, plus a regex for each of Pydantic's own formats. Each is a
 subset of what Pydantic accepts (every string it matches validates), as wide as a short regex
 allows: IPv4 networks are exact in CIDR form (host bits zero), IPv6 networks only in the
-``group:...::/prefix`` form whose written groups cover the prefix, URLs only with a host (see
-``_urls``).
+``group:...::/prefix`` form whose written groups cover the prefix, URLs only with a host
+(``_url_after_scheme``), e-mail addresses in ASCII within ``email-validator``'s rules (``_email``).
 """
 from __future__ import annotations
 
@@ -66,7 +66,40 @@ def _url_after_scheme() -> str:
     return rest
 
 
+def _letters_except(words: list[str], lo: int, hi: int) -> str:
+    """ASCII letters, ``lo`` to ``hi`` of them, spelling none of ``words`` (any case), as a regex."""
+    def rest(n_min: int, n_max: int) -> str:
+        return f"[A-Za-z]{{{max(n_min, 0)},{n_max}}}" if n_max > 0 else ""
+
+    def below(prefix: str, depth: int) -> str:
+        nexts = sorted({w[depth] for w in words if w.startswith(prefix) and len(w) > depth})
+        alts = [""] if depth >= lo and prefix not in words else []
+        if depth < hi:
+            others = "".join(c for c in "abcdefghijklmnopqrstuvwxyz" if c not in nexts)
+            if others:
+                alts.append(f"[{others}{others.upper()}]" + rest(lo - depth - 1, hi - depth - 1))
+            alts += [f"[{c}{c.upper()}]" + below(prefix + c, depth + 1) for c in nexts]
+        return "(?:" + "|".join(alts) + ")"
+    return below("", 0)
+
+
+_ATEXT = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+"""A character of an e-mail atom (RFC 5322 ``atext``, ASCII)."""
+
+
+def _email() -> str:
+    """Addresses the ``email-validator`` package (``EmailStr``) takes, in ASCII: a dot-atom local
+    part of at most two atoms (up to 40 characters); then 1-4 labels of up to 39 letters and
+    digits with single inner hyphens (so never ``xn--``) and a last label of 2-40 letters that is
+    not a special-use name (``.local``, ``.test``...): the whole stays under 254 characters."""
+    local = f"{_ATEXT}{{1,20}}(?:\\.{_ATEXT}{{1,19}})?"
+    label = "[A-Za-z0-9](?:-?[A-Za-z0-9]){0,19}"          # no "--": so never an xn-- label
+    top = _letters_except(["arpa", "invalid", "local", "localhost", "onion", "test"], 2, 40)
+    return f"{local}@(?:{label}\\.){{1,4}}{top}"
+
+
 _URL_REST = _url_after_scheme()
+_EMAIL = _email()
 _IPV4_INTERFACE = rf"{IPV4}(?:/{_number_alternatives(range(33))})?"
 _IPV6_INTERFACE = rf"{IPV6}(?:/{_number_alternatives(range(129))})?"
 _IPV4_NETWORK = _ipv4_network()
@@ -85,5 +118,8 @@ PYDANTIC_FORMATS: dict[str, str] = {
     "ipv4network": _IPV4_NETWORK, "ipv6network": _IPV6_NETWORK,
     "ipvanynetwork": f"(?:{_IPV4_NETWORK}|{_IPV6_NETWORK})",
     "base64": rf"(?:{_B64}{{4}})*(?:{_B64}{{2}}==|{_B64}{{3}}=)?",
+    "email": _EMAIL,
+    # NameEmail: an address, or a display name (atoms and spaces, no dots) then <address>
+    "name-email": f"(?:{_ATEXT}{{1,20}}(?: {_ATEXT}{{1,20}}){{0,3}} <{_EMAIL}>|{_EMAIL})",
 }
 """Format name -> anchored ECMAScript regex, for grammars built with ``target="pydantic"``."""
