@@ -222,3 +222,25 @@ def test_emails_are_ones_email_validator_takes() -> None:
     rng = random.Random(5)
     for _ in range(100):
         Contact.model_validate_json(random_text(g.rules, g.root, rng))
+
+
+def test_json_fields_hold_escaped_json_of_their_type() -> None:
+    class Inner(BaseModel):
+        a: int
+        b: list[str]
+
+    class Wrapped(BaseModel):
+        payload: pydantic.Json[Inner]
+        nums: pydantic.Json[list[int]]
+        anything: pydantic.Json
+
+    g = Grammar.from_pydantic(Wrapped)
+    good = {"payload": json.dumps({"a": 1, "b": ['say "hi"', "é\n"]}), "nums": "[1, 2]", "anything": "null"}
+    assert g.matches(json.dumps(good)) and g.matches(json.dumps(good, ensure_ascii=False))
+    for field, content in [("payload", '{"a": "1", "b": []}'), ("nums", "[1, 2.5]"), ("anything", "{")]:
+        assert not g.matches(json.dumps({**good, field: content})), (field, content)
+    # JSON Schema reads contentSchema as an annotation: any string
+    assert Grammar.from_json_schema(Wrapped.model_json_schema()).matches(json.dumps({**good, "nums": "{"}))
+    rng = random.Random(11)
+    for _ in range(60):
+        Wrapped.model_validate_json(random_text(g.rules, g.root, rng))

@@ -23,6 +23,7 @@ from halter.schemas import merge as merging
 from halter.schemas.arrays import array_grammar
 from halter.schemas.formats import FORMATS
 from halter.schemas.formats_pydantic import PYDANTIC_FORMATS
+from halter.schemas.json_content import EmbeddedJson, is_embedded_json
 from halter.schemas.json_text import NEVER, JsonText
 from halter.schemas.objects import object_grammar
 from halter.schemas.refs import DEFAULT_BASE, RefIndex, pointer_escape
@@ -74,6 +75,7 @@ class Converter:
         self.js = JsonText(self.rules, whitespace, lone_surrogates=spec, integer_fractions=spec,
                            finite_numbers=not spec)
         self.strings = StringBuilder(self.js, self)
+        self.embedded = EmbeddedJson(self)
         self.index = RefIndex(self.schema, self.draft)
         self.ref_rules: dict[str, RuleRef] = {}
         self.warnings: list[str] = []
@@ -102,6 +104,7 @@ class Converter:
         if expr is None:
             raise SchemaError("the schema accepts no value at all", "#", None)
         self.rules.define(root_name, expr)
+        self.embedded.finish()
         ordered = {"root": self.rules.rules.pop("root")}
         ordered.update(self.rules.rules)
         return tidy_rules(ordered)
@@ -274,7 +277,8 @@ class Converter:
         elif "integer" in types:
             opts.append(integer_grammar(self, s, ptr))
         if "string" in types:
-            opts.append(self.strings.build(s, ptr))
+            embedded = self.target == "pydantic" and is_embedded_json(s)     # Json[T]: see json_content.py
+            opts.append(self.embedded.string(s, ptr, base) if embedded else self.strings.build(s, ptr))
         if "array" in types:
             opts.append(array_grammar(self, s, ptr, base))
         if "object" in types:
@@ -333,8 +337,9 @@ def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexibl
         ``Grammar.from_pydantic``/``from_type`` and of ``generate(output_type=...)``): no lone
         surrogate escapes in strings, integers without a zero fraction (``3.0`` fails a strict
         ``int``), numbers that do not overflow a double (``1e400`` fails ``Decimal``), dates and times that Python's ``datetime`` holds (years 0001-9999, no leap
-        second), URLs the WHATWG parser takes, and Pydantic's own formats (``ipvanyaddress``,
-        ``ipv4network``, ``base64``, ...) enforced instead of read as annotations.
+        second), URLs the WHATWG parser takes, Pydantic's own formats (``ipvanyaddress``,
+        ``ipv4network``, ``base64``, ...) enforced instead of read as annotations, and so is
+        ``contentSchema`` under ``contentMediaType: application/json`` (``Json[T]``).
 
     Raises
     ------
