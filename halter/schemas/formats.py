@@ -38,8 +38,8 @@ UUID = "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{
 
 
 def uri_parts(iri: bool = False) -> dict[str, str]:
-    """The pieces of RFC 3986 (RFC 3987 when ``iri``) as regexes: ``scheme``, ``userinfo`` (with
-    its ``@``), ``authority``, ``abempty`` (a path after an authority), ``query`` and ``fragment``
+    """The pieces of RFC 3986 (RFC 3987 when ``iri``) as regexes: ``pchar`` (a path character),
+    ``userchar`` (one of userinfo), ``scheme``, ``userinfo`` (with its ``@``), ``authority``, ``abempty`` (a path after an authority), ``query`` and ``fragment``
     (each optional, with its ``?``/``#``), ``uri`` and ``reference``."""
     uc = r"\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\u{10000}-\u{EFFFD}" if iri else ""
     unreserved = rf"A-Za-z0-9._~\-{uc}"
@@ -65,7 +65,8 @@ def uri_parts(iri: bool = False) -> dict[str, str]:
     hier = f"(?://{authority}{abempty}|{absolute}|{rootless}|)"
     uri = f"{scheme}:{hier}{query}{fragment}"
     relative = f"(?://{authority}{abempty}|{absolute}|{noscheme}|){query}{fragment}"
-    return {"scheme": scheme, "userinfo": userinfo, "authority": authority, "abempty": abempty,
+    return {"pchar": pchar, "userchar": userinfo[:-2],
+            "scheme": scheme, "userinfo": userinfo, "authority": authority, "abempty": abempty,
             "query": query, "fragment": fragment, "uri": uri, "reference": f"(?:{uri}|{relative})"}
 
 

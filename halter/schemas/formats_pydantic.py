@@ -45,7 +45,7 @@ def _ipv6_network() -> str:
     return "(?:" + "|".join(forms) + ")"
 
 
-def _url_after_scheme() -> str:
+def _url_after_scheme(bounded: bool = False) -> str:
     """``://`` and the rest of a URL with a host that the WHATWG URL parser (Pydantic's) takes.
 
     The host is a name, an IPv4 address or a bracketed IPv6 address. Names keep to labels of
@@ -53,17 +53,24 @@ def _url_after_scheme() -> str:
     refuses most), the last one starting with a letter (a last label that looks like a number
     makes the parser read the host as an IPv4 address); ports are 0-65535. RFC 3986 URIs without
     an authority (``mailto:``, ``urn:``) are left out: after ``http:`` the parser wants a host.
+    ``bounded`` caps every part (user 21 characters, 8 labels of 63, 10 path segments of 30,
+    query 100, fragment 50; escapes count 3) so that a whole URL fits ``HttpUrl``'s 2,083.
     """
     part = uri_parts()
+
+    def upto(n: int) -> str:
+        return f"{{0,{n}}}" if bounded else "*"
     lc = "[A-Za-z0-9_-]"
-    not_xn = [f"[Xx](?:[A-MO-Za-mo-z0-9_-]{lc}*)?", f"[Xx][Nn](?:[A-Za-z0-9_]{lc}*)?",
-              f"[Xx][Nn]-(?:[A-Za-z0-9_]{lc}*)?"]
-    label = "(?:" + "|".join([f"[A-WYZa-wyz0-9]{lc}*", *not_xn]) + ")"
-    last = "(?:" + "|".join([f"[A-WYZa-wyz]{lc}*", *not_xn]) + ")"
-    host = rf"(?:{IPV4}|\[{IPV6}\]|(?:{label}\.)*{last})"
+    not_xn = [f"[Xx](?:[A-MO-Za-mo-z0-9_-]{lc}{upto(61)})?", f"[Xx][Nn](?:[A-Za-z0-9_]{lc}{upto(60)})?",
+              f"[Xx][Nn]-(?:[A-Za-z0-9_]{lc}{upto(59)})?"]
+    label = "(?:" + "|".join([f"[A-WYZa-wyz0-9]{lc}{upto(62)}", *not_xn]) + ")"
+    last = "(?:" + "|".join([f"[A-WYZa-wyz]{lc}{upto(62)}", *not_xn]) + ")"
+    host = rf"(?:{IPV4}|\[{IPV6}\]|(?:{label}\.){upto(7)}{last})"
     port = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}|0)"
-    rest = f"://(?:{part['userinfo']})?{host}(?::{port})?{part['abempty']}{part['query']}{part['fragment']}"
-    return rest
+    pchar, qchar = part["pchar"], f"(?:{part['pchar']}|[/?])"
+    user = f"(?:{part['userchar']}{upto(21)}@)?"
+    path = f"(?:/{pchar}{upto(30)}){upto(10)}"
+    return f"://{user}{host}(?::{port})?{path}(?:\\?{qchar}{upto(100)})?(?:#{qchar}{upto(50)})?"
 
 
 def _letters_except(words: list[str], lo: int, hi: int) -> str:
@@ -99,6 +106,7 @@ def _email() -> str:
 
 
 _URL_REST = _url_after_scheme()
+_HTTP_URL_REST = _url_after_scheme(bounded=True)
 _EMAIL = _email()
 _IPV4_INTERFACE = rf"{IPV4}(?:/{_number_alternatives(range(33))})?"
 _IPV6_INTERFACE = rf"{IPV6}(?:/{_number_alternatives(range(129))})?"
@@ -110,7 +118,8 @@ PYDANTIC_FORMATS: dict[str, str] = {
     **FORMATS,
     "date": PY_DATE, "time": PY_TIME, "date-time": PY_DATE_TIME, "uri": uri_parts()["scheme"] + _URL_REST,
     # formats of halter's own, written by pytypes.py where Pydantic's JSON Schema loses the type
-    "x-halter-http-url": "[Hh][Tt][Tt][Pp][Ss]?" + _URL_REST, "x-halter-https-url": "[Hh][Tt][Tt][Pp][Ss]" + _URL_REST,
+    "x-halter-http-url": "[Hh][Tt][Tt][Pp][Ss]?" + _HTTP_URL_REST,
+    "x-halter-https-url": "[Hh][Tt][Tt][Pp][Ss]" + _HTTP_URL_REST,
     "x-halter-naive-date-time": PY_DATE + "[Tt]" + PY_TIME_NAIVE,
     "ipvanyaddress": f"(?:{IPV4}|{IPV6})",
     "ipv4interface": _IPV4_INTERFACE, "ipv6interface": _IPV6_INTERFACE,
