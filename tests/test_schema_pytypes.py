@@ -84,3 +84,34 @@ def test_pydantic_model():
     assert not g.matches(json.dumps({"age": 3}))
     with pytest.raises(TypeError, match="BaseModel"):
         pydantic_to_json_schema(dict)
+
+
+def _model_named_inner_with_a_string():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Inner(pydantic.BaseModel):       # same name as another model's nested class, other fields
+        y: str
+
+    class Other(pydantic.BaseModel):
+        inner: Inner
+    return Other
+
+
+def test_pydantic_models_nested_in_python_types_keep_their_definitions():
+    # A model's schema refers to its nested models as #/$defs/...: nested in list[...] or tuple[...]
+    # those must become the root's definitions ("points at nothing" before), renamed on a clash.
+    pydantic = pytest.importorskip("pydantic")
+
+    class Inner(pydantic.BaseModel):
+        x: int
+
+    class Outer(pydantic.BaseModel):
+        inner: Inner
+        kids: list["Outer"] = []
+
+    g = Grammar.from_type(list[Outer])
+    assert g.matches('[{"inner": {"x": 1}, "kids": [{"inner": {"x": 2}}]}]')
+    assert not g.matches('[{"inner": {"x": "1"}}]')
+    pair = Grammar.from_type(tuple[Outer, _model_named_inner_with_a_string()])
+    assert pair.matches('[{"inner": {"x": 1}}, {"inner": {"y": "a"}}]')
+    assert not pair.matches('[{"inner": {"x": 1}}, {"inner": {"x": 1}}]')

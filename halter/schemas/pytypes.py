@@ -150,7 +150,7 @@ def _convert(tp: Any, defs: dict, active: set) -> dict:
     try:
         import pydantic
         if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
-            return pydantic_grammar_schema(tp)
+            return _with_defs(pydantic_grammar_schema(tp), defs)
     except ImportError:
         pass
     if dataclasses.is_dataclass(tp) or _is_typeddict(tp):
@@ -176,10 +176,34 @@ def _convert(tp: Any, defs: dict, active: set) -> dict:
 
 
 def _with_defs(schema: dict, defs: dict) -> dict:
-    """``schema`` with its ``$defs`` moved into ``defs`` (shared by the whole type)."""
-    for name, sub in schema.pop("$defs", {}).items():
-        defs.setdefault(name, sub)
+    """``schema`` with its ``$defs`` moved into ``defs``, the root's (its ``#/$defs/...`` refs
+    mean the root's once it is nested). A name taken by a different definition (two models
+    both called ``Item``) is renamed, and the refs with it."""
+    own = schema.pop("$defs", {})
+    renamed = {}
+    for name, sub in own.items():
+        new, k = name, 1
+        while new in defs and defs[new] != sub:
+            k += 1
+            new = f"{name}_{k}"
+        renamed[name] = new
+    if any(a != b for a, b in renamed.items()):
+        schema, own = _renamed_refs(schema, renamed), {n: _renamed_refs(d, renamed) for n, d in own.items()}
+    for name, sub in own.items():
+        defs.setdefault(renamed[name], sub)
     return schema
+
+
+def _renamed_refs(x: Any, renamed: dict[str, str]) -> Any:
+    if isinstance(x, dict):
+        out = {k: _renamed_refs(v, renamed) for k, v in x.items()}
+        ref = x.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in renamed:
+            out["$ref"] = "#/$defs/" + renamed[ref[8:]]
+        return out
+    if isinstance(x, list):
+        return [_renamed_refs(v, renamed) for v in x]
+    return x
 
 
 def _pydantic_schema(tp: Any) -> dict | None:
