@@ -253,3 +253,17 @@ def test_http_urls_fit_their_length_limit() -> None:
     from halter.schemas.strings import length_range
     assert length_range(regex_to_expr(PYDANTIC_FORMATS["x-halter-http-url"]))[1] <= 2083
     assert length_range(regex_to_expr(PYDANTIC_FORMATS["uri"]))[1] is None      # AnyUrl: no limit
+
+
+def test_model_grammars_have_only_the_models_fields_unless_it_allows_extra() -> None:
+    class Closed(BaseModel):
+        a: int
+
+    class Open(BaseModel, extra="allow"):
+        a: int
+
+    assert Grammar.from_pydantic(Closed).matches('{"a": 1}')
+    assert not Grammar.from_pydantic(Closed).matches('{"a": 1, "b": 2}')
+    assert Grammar.from_pydantic(Closed, closed_objects=False).matches('{"a": 1, "b": 2}')
+    assert Grammar.from_pydantic(Open).matches('{"a": 1, "b": 2}')
+    assert not Grammar.from_type(list[Closed]).matches('[{"a": 1, "b": 2}]')

@@ -104,23 +104,26 @@ class Grammar:
     def from_pydantic(cls, model: type, **options: Any) -> "Grammar":
         """A grammar for the JSON form of a Pydantic model class.
 
-        Built from the model's JSON Schema with ``target="pydantic"`` (unless ``options`` say
-        otherwise): what the grammar accepts, ``model.model_validate_json`` takes, as far as the
-        schema tells (no lone surrogate escapes, dates Python can hold, Pydantic's own formats,
-        http-only URLs and naive datetimes: ``schemas.pytypes.pydantic_grammar_schema``).
+        Built from the model's JSON Schema with ``target="pydantic"`` and ``closed_objects=True``
+        (unless ``options`` say otherwise): what the grammar accepts, ``model.model_validate_json``
+        takes, as far as the schema tells (no lone surrogate escapes, dates Python can hold,
+        Pydantic's own formats, http-only URLs and naive datetimes:
+        ``schemas.pytypes.pydantic_grammar_schema``), and objects have only the model's fields,
+        as its ``model_dump_json`` writes them (a model with ``extra="allow"`` says so in its schema).
+        This is what ``generate(output_type=model)`` uses.
         """
         from halter.schemas.pytypes import pydantic_grammar_schema, require_model
         schema = pydantic_grammar_schema(require_model(model))
-        return cls.from_json_schema(schema, **{"target": "pydantic", **options})
+        return cls.from_json_schema(schema, **{"target": "pydantic", "closed_objects": True, **options})
 
     @classmethod
     def from_type(cls, tp: Any, **options: Any) -> "Grammar":
         """A grammar for the JSON form of a Python type (``int``, ``list[str]``, ``Literal[...]``, ...).
 
-        Like ``from_pydantic``, ``target="pydantic"`` by default.
+        Like ``from_pydantic``: ``target="pydantic"`` and ``closed_objects=True`` by default.
         """
         from halter.schemas import type_to_json_schema
-        return cls.from_json_schema(type_to_json_schema(tp), **{"target": "pydantic", **options})
+        return cls.from_json_schema(type_to_json_schema(tp), **{"target": "pydantic", "closed_objects": True, **options})
 
     # -- matching ----------------------------------------------------------------------------
     def matcher(self) -> GrammarMatcher:
