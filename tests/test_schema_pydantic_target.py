@@ -267,3 +267,15 @@ def test_model_grammars_have_only_the_models_fields_unless_it_allows_extra() -> 
     assert Grammar.from_pydantic(Closed, closed_objects=False).matches('{"a": 1, "b": 2}')
     assert Grammar.from_pydantic(Open).matches('{"a": 1, "b": 2}')
     assert not Grammar.from_type(list[Closed]).matches('[{"a": 1, "b": 2}]')
+
+
+def test_byte_sizes_have_units_pydantic_knows() -> None:
+    g = Grammar.from_type(pydantic.ByteSize)
+    ta = pydantic.TypeAdapter(pydantic.ByteSize)
+    for text in ['"1.5 KiB"', '"10mb"', '"3 GIBIT"', '"7"', "4096"]:
+        assert g.matches(text), text
+        ta.validate_json(text)
+    for text in ['"5 kbx"', '"5 parsecs"', "-1"]:
+        assert not g.matches(text), text
+        with pytest.raises(pydantic.ValidationError):
+            ta.validate_json(text)

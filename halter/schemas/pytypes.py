@@ -35,7 +35,8 @@ def pydantic_grammar_schema(tp: Any) -> dict:
     handles) from: Pydantic's own, with what it loses kept as halter's formats, which
     ``target="pydantic"`` reads: URLs limited to http/https (``HttpUrl``) as ``x-halter-http-url``
     or ``x-halter-https-url``, datetimes without an offset (``NaiveDatetime``) as
-    ``x-halter-naive-date-time``. Raises what ``pydantic.TypeAdapter`` raises for other types."""
+    ``x-halter-naive-date-time``, ``condecimal`` limits exactly and ``ByteSize``'s units. Raises
+    what ``pydantic.TypeAdapter`` raises for other types."""
     import pydantic
 
     gen = _grammar_schema_generator()
@@ -46,6 +47,7 @@ def pydantic_grammar_schema(tp: Any) -> dict:
 
 @functools.cache
 def _grammar_schema_generator() -> type:
+    import pydantic
     from pydantic.json_schema import GenerateJsonSchema
 
     class GrammarJsonSchema(GenerateJsonSchema):
@@ -59,12 +61,30 @@ def _grammar_schema_generator() -> type:
         def decimal_schema(self, schema: Any) -> dict:
             return _exact_decimal(schema, super().decimal_schema(schema))
 
+        def function_after_schema(self, schema: Any) -> dict:
+            validator = getattr(schema.get("function", {}).get("function"), "__self__", None)
+            if validator is pydantic.ByteSize:
+                return _byte_size_schema()
+            return super().function_after_schema(schema)
+
         def datetime_schema(self, schema: Any) -> dict:
             out = super().datetime_schema(schema)
             if schema.get("tz_constraint") == "naive":
                 out["format"] = "x-halter-naive-date-time"
             return out
     return GrammarJsonSchema
+
+
+def _byte_size_schema() -> dict:
+    """``ByteSize``: a whole number of bytes, or a number (15 digits at most either side of the
+    point, so the float it becomes stays exact enough) and one of its units in any case. Its own
+    schema's pattern is anchored at the start only, and any word is taken as the unit."""
+    import pydantic
+
+    units = sorted(pydantic.ByteSize.byte_sizes, key=len, reverse=True)
+    unit = "|".join("".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in u) for u in units)
+    pattern = rf"^ ?(?:[0-9]{{1,15}}|[0-9]{{0,15}}\.[0-9]{{1,15}}) ?(?:{unit})?$"
+    return {"anyOf": [{"type": "string", "pattern": pattern}, {"type": "integer", "minimum": 0}]}
 
 
 def _exact_decimal(core: Any, out: dict) -> dict:
