@@ -7,7 +7,11 @@ Random instances are drawn from each grammar (random alternatives, bounded depth
 given to ``M.model_validate_json``; the table gives the share Pydantic refuses, and the most
 common error type. Correctness, not speed: run by hand, results in docs/json_schema.md.
 
-Run: ``python bench/pydantic_bench.py [--draws 300] [--seed 1] [TYPE ...]``.
+``--models N`` instead builds N random models (fields drawn from the types above, nested models,
+lists, dicts, unions, tuples, aliases, ``extra`` and ``strict`` settings) and checks ``--draws``
+instances of each, with the pydantic target.
+
+Run: ``python bench/pydantic_bench.py [--draws 300] [--seed 1] [--models N] [TYPE ...]``.
 """
 from __future__ import annotations
 
@@ -74,12 +78,61 @@ def refused(grammar: Grammar, model: type, draws: int, seed: int) -> tuple[int, 
     return bad, (errors.most_common(1)[0][0] if errors else "")
 
 
+def random_model(rng: random.Random, depth: int = 0) -> type:
+    """A model of 1-4 fields: random types, some aliased or optional, random ``extra``/``strict``."""
+    leaves = [tp for tp in TYPES.values() if not isinstance(tp, str)]
+
+    def field_type(d: int) -> Any:
+        r = rng.random()
+        if d > 2 or r < 0.5:
+            return rng.choice(leaves)
+        if r < 0.6:
+            return list[field_type(d + 1)]
+        if r < 0.67:
+            return dict[str, field_type(d + 1)]
+        if r < 0.72:
+            return Optional[field_type(d + 1)]
+        if r < 0.78:
+            return Union[field_type(d + 1), field_type(d + 1)]
+        if r < 0.82:
+            return tuple[field_type(d + 1), field_type(d + 1)]
+        return random_model(rng, d + 1)
+    fields: dict[str, Any] = {}
+    for i in range(rng.randint(1, 4)):
+        tp, kind = field_type(depth), rng.random()
+        fields[f"f{i}"] = ((tp, pydantic.Field(alias=f"F{i}")) if kind < 0.2 else
+                           (Optional[tp], None) if kind < 0.35 else (tp, ...))
+    config = pydantic.ConfigDict(extra=rng.choice(["ignore", "forbid", "allow"]), strict=rng.random() < 0.2)
+    return pydantic.create_model(f"R{rng.randrange(10**9)}", __config__=config, **fields)
+
+
+def check_random_models(n: int, draws: int, seed: int) -> None:
+    rng = random.Random(seed)
+    refused_total, errors = 0, collections.Counter()
+    for _ in range(n):
+        model = random_model(rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            grammar = Grammar.from_pydantic(model)
+        for _ in range(draws):
+            try:
+                model.model_validate_json(random_text(grammar.rules, grammar.root, rng))
+            except pydantic.ValidationError as err:
+                refused_total += 1
+                errors[err.errors()[0]["type"]] += 1
+    print(f"{n} random models, {draws} draws each, seed {seed}: {refused_total} refused {dict(errors)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--models", type=int, default=0, help="check N random models instead")
     ap.add_argument("types", nargs="*", help="only these (names as in the table)")
     args = ap.parse_args()
+    if args.models:
+        check_random_models(args.models, args.draws, args.seed)
+        return
     print(f"pydantic {pydantic.VERSION}, {args.draws} draws per type, seed {args.seed}\n")
     print("| type | JSON Schema target: refused | pydantic target: refused |")
     print("|---|---:|---:|")
