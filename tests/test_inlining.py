@@ -53,3 +53,12 @@ long ::= "x" [a-z]{0,200}
     assert "long" not in inline           # used twice and big
     assert "item" in inline               # tiny, its callees leaves
     assert "other" not in inline          # calls a big rule and is more than tiny
+
+
+def test_a_rule_that_explodes_once_its_callees_are_expanded_is_built_without_expanding():
+    # x is a tiny leaf, so it is normally expanded into root; here that makes root's automaton
+    # "an a 16 characters from the end" (2^16 states, past the limit). The rules as written are
+    # small, so the grammar must build: without expansion, the parser tracks x.
+    g = Grammar.from_gbnf('root ::= x* "a" ' + "x " * 15 + '\nx ::= "a" | "b"\n')
+    assert g.matches("b" + "a" + "b" * 15) and g.matches("a" * 16)
+    assert not g.matches("a" + "b" * 16)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from halter.errors import SchemaError, UnsupportedSchemaError
+from halter.errors import GrammarError, SchemaError, UnsupportedSchemaError
 from halter.grammar import Grammar
 from halter.schemas import RegexError, UnsupportedRegexError, regex_to_gbnf
 from halter.schemas.regex import regex_to_expr
@@ -114,3 +114,17 @@ def test_unknown_unicode_property_is_malformed():
     assert not isinstance(err.value, UnsupportedRegexError)
     with pytest.raises(RegexError, match="followed by"):
         regex_to_gbnf(r"\pL")
+
+
+def test_a_regex_whose_automaton_explodes_is_built_with_a_rule_per_group():
+    # "an a 16 characters from the end": one DFA for the whole pattern needs 2^16 states (past the
+    # engine's 50,000), so from_regex builds (a|b) as a rule of its own and lets the parser track it
+    pattern = r"(a|b)*a(a|b){15}"
+    with pytest.raises(GrammarError, match="too complex"):
+        Grammar.from_gbnf(regex_to_gbnf(pattern))
+    g = Grammar.from_regex(pattern)
+    assert "group-" in regex_to_gbnf(pattern, split_groups=True)
+    rng = random.Random(4)
+    for _ in range(300):
+        text = "".join(rng.choice("ab") for _ in range(rng.randint(14, 24)))
+        assert g.matches(text) == (re.fullmatch(pattern, text) is not None), text

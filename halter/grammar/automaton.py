@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from halter.errors import GrammarError
 from halter.grammar.ast import Expr, TokenRef
+from halter.grammar.minimize import minimize_rule as _minimize
 from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
 from halter.grammar.quotient import merge_equivalent_positions
 
@@ -114,8 +113,8 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
         dfa_id = ids.get(sub)
         if dfa_id is None:
             if len(order) >= MAX_DFA_STATES:
-                raise GrammarError(f"rule '{name}' is too complex: its automaton exceeds "
-                                   f"{MAX_DFA_STATES} states; split it into smaller rules")
+                raise _TooManyStates(f"rule '{name}' is too complex: its automaton exceeds "
+                                     f"{MAX_DFA_STATES} states; split it into smaller rules")
             dfa_id = ids[sub] = len(order)
             order.append(sub)
         return dfa_id
@@ -165,101 +164,47 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
     return accepting, byte_next, calls, tokens
 
 
-SMALL_DFA = 16
-"""DFAs with at most this many states are refined in plain Python; larger ones with numpy."""
-
-
-def _minimize(acc, byte_next, calls, tokens):
-    """Moore partition refinement; returns the four tables merged.
-
-    A state's signature is its block, its byte row mapped to blocks and its call/token edges mapped
-    to blocks; a round splits blocks by signature, until a round splits none.
-    """
-    n = len(acc)
-    block = _refine_small(acc, byte_next, calls, tokens) if n <= SMALL_DFA else \
-        _refine_numpy(acc, byte_next, calls, tokens)
-    # renumber so the start state stays 0
-    remap: dict[int, int] = {}
-    for q in range(n):
-        remap.setdefault(block[q], len(remap))
-    m = len(remap)
-    final = [remap[block[q]] for q in range(n)] + [-1]
-    get = final.__getitem__
-    out_acc, out_bytes = [False] * m, [None] * m
-    out_calls, out_toks = [None] * m, [None] * m
-    for q in range(n):
-        b = final[q]
-        if out_bytes[b] is None:
-            out_acc[b] = acc[q]
-            out_bytes[b] = list(map(get, byte_next[q]))
-            out_calls[b] = sorted({(r, final[t]) for r, t in calls[q]})
-            out_toks[b] = sorted({(k, final[t]) for k, t in tokens[q]})
-    return out_acc, out_bytes, out_calls, out_toks
-
-
-def _refine_small(acc, byte_next, calls, tokens) -> list[int]:
-    """The coarsest stable partition, one dict of signatures per round (most rules are a few states)."""
-    n = len(acc)
-    block = [1 if a else 0 for a in acc]
-    n_blocks = len(set(block))
-    while True:
-        get = (block + [-1]).__getitem__          # the last entry answers a missing edge's -1
-        sigs: dict[tuple, int] = {}
-        new = []
-        for q in range(n):
-            cl, tk = calls[q], tokens[q]
-            key = (block[q], tuple(map(get, byte_next[q])),
-                   tuple([(r, block[t]) for r, t in cl]) if cl else (),
-                   tuple([(k, block[t]) for k, t in tk]) if tk else ())
-            new.append(sigs.setdefault(key, len(sigs)))
-        if len(sigs) == n_blocks:
-            return block
-        block, n_blocks = new, len(sigs)
-
-
-def _refine_numpy(acc, byte_next, calls, tokens) -> list[int]:
-    """The coarsest stable partition, each round vectorised over states and byte classes."""
-    n = len(acc)
-    table = np.asarray(byte_next, dtype=np.int64).reshape(n, -1)
-    block = np.asarray(acc, dtype=np.int64)
-    n_blocks = len(np.unique(block))
-    with_extra = [q for q in range(n) if calls[q] or tokens[q]]     # states with call/token edges
-    extra_col = np.zeros(n, dtype=np.int64)
-    while True:
-        mapped = np.where(table >= 0, block[np.maximum(table, 0)], -1)
-        cols = [block[:, None], mapped]
-        if with_extra:
-            blk = block.tolist()
-            extra: dict[tuple, int] = {}
-            for q in with_extra:
-                extra_col[q] = extra.setdefault((tuple((r, blk[t]) for r, t in calls[q]),
-                                                 tuple((k, blk[t]) for k, t in tokens[q])), len(extra) + 1)
-            cols.append(extra_col[:, None])
-        rows = np.ascontiguousarray(np.hstack(cols), dtype=np.int32)
-        keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-        _, new = np.unique(keys, return_inverse=True)
-        new = new.reshape(-1).astype(np.int64)
-        count = int(new.max()) + 1 if n else 0
-        if count == n_blocks:
-            return block.tolist()
-        block, n_blocks = new, count
+class _TooManyStates(GrammarError):
+    """A rule's DFA passed ``MAX_DFA_STATES``."""
 
 
 def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> RuleAutomata:
     """Compile the rules reachable from ``root`` into global position tables.
 
     ``merge``: merge positions that no input tells apart, across rules (``quotient.py``).
+    Rules are expanded into their callers where that helps (``NfaBuilder.plan_inlining``); when a
+    rule's automaton then grows past the limit, the grammar is built again without expanding any,
+    so that the limit is only ever hit by a rule as the user wrote it.
     """
     b = NfaBuilder(rules)
     b.build_all(root)
+    try:
+        per_rule = _determinize_all(b, merge)
+    except _TooManyStates:
+        if not b.inline:
+            raise
+        b = NfaBuilder(rules)
+        b.build_all(root, inline=False)
+        per_rule = _determinize_all(b, merge)
+    return _assemble(b, per_rule, root, merge)
+
+
+def _determinize_all(b: NfaBuilder, merge: bool) -> list:
+    """Each rule's DFA; ``_TooManyStates`` (a ``GrammarError``) if one is too large."""
     class_of = _byte_classes(b.nfas)
     n_classes = max(class_of) + 1
+    b.class_of, b.n_classes = class_of, n_classes
     per_rule = []
     for r, (nfa, s, e) in enumerate(b.nfas):
         dfa = _determinize(nfa, s, e, class_of, n_classes, b.names[r])
         # the merge at the end finds every equivalence that minimising each rule would (and those
         # across rules), so rule-by-rule minimisation only runs when there is no merge
         per_rule.append(dfa if merge else _minimize(*dfa))
+    return per_rule
+
+
+def _assemble(b: NfaBuilder, per_rule: list, root: str, merge: bool) -> RuleAutomata:
+    class_of, n_classes = b.class_of, b.n_classes
     per_rule = _trim(per_rule, b.names, root_id=0)
     offsets, total = [], 0
     for acc, *_ in per_rule:

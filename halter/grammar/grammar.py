@@ -96,9 +96,18 @@ class Grammar:
 
     @classmethod
     def from_regex(cls, pattern: str, **options: Any) -> "Grammar":
-        """A grammar accepting exactly the strings that fully match ``pattern``."""
+        """A grammar accepting exactly the strings that fully match ``pattern``.
+
+        A pattern whose single automaton grows too large (nested repeats) is built again with
+        a rule per repeated group (``regex_to_gbnf(split_groups=True)``).
+        """
         from halter.schemas import regex_to_gbnf
-        return cls.from_gbnf(regex_to_gbnf(pattern, **options))
+        try:
+            return cls.from_gbnf(regex_to_gbnf(pattern, **options))
+        except GrammarError as err:
+            if "too complex" not in str(err) or options.get("split_groups"):
+                raise
+        return cls.from_gbnf(regex_to_gbnf(pattern, **{**options, "split_groups": True}))
 
     @classmethod
     def from_pydantic(cls, model: type, **options: Any) -> "Grammar":

@@ -138,8 +138,9 @@ class NfaBuilder:
                     leaves_out.clear()
                     changed = True
 
-    def build_all(self, root: str) -> None:
-        self.plan_inlining(root)
+    def build_all(self, root: str, inline: bool = True) -> None:
+        if inline:
+            self.plan_inlining(root)
         self.rule_id(root)
         # emission recurses along the syntax tree: a JSON Schema key trie nests one Alt/Seq pair
         # per character, a few frames each (Python 3.11+ frames do not use the C stack)

@@ -7,8 +7,8 @@ anywhere but the edges of a match raise ``UnsupportedRegexError``.
 """
 from __future__ import annotations
 
-from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, alt, contains,
-                                format_grammar, seq)
+from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, alt,
+                                contains, format_grammar, seq)
 from halter.schemas.regex import Anchor, UnsupportedRegexError, parse_regex
 
 
@@ -90,13 +90,36 @@ def _dedupe(options: list[Expr]) -> list[Expr]:
     return out
 
 
-def regex_to_gbnf(pattern: str, *, anchored: bool = True) -> str:
+def regex_to_gbnf(pattern: str, *, anchored: bool = True, split_groups: bool = False) -> str:
     """GBNF text whose ``root`` matches exactly the strings ``pattern`` matches.
 
     ``anchored=True`` (default) means the whole output must match, as in ``re.fullmatch``;
     ``anchored=False`` means the pattern may match anywhere in the output (``re.search``).
+    ``split_groups=True`` gives every repeated group a rule of its own: the engine then builds one
+    small automaton per group instead of one for the whole pattern, whose determinisation can
+    explode with nested repeats (``Grammar.from_regex`` retries that way when it does).
     Raises ``RegexError`` for malformed patterns and ``UnsupportedRegexError`` for constructs a
     grammar cannot express.
     """
     from halter.schemas.rules import tidy_rules
-    return format_grammar(tidy_rules({"root": regex_to_expr(pattern, anchored=anchored)}))
+    rules: dict[str, Expr] = {"root": Literal("")}
+    root = regex_to_expr(pattern, anchored=anchored)
+    rules["root"] = _split_groups(root, rules) if split_groups else root
+    return format_grammar(tidy_rules(rules))
+
+
+def _split_groups(expr: Expr, rules: dict[str, Expr]) -> Expr:
+    """``expr`` with the body of every repeat that is more than a character or a literal moved
+    into a rule of its own (``group-N``), innermost first."""
+    if isinstance(expr, Seq):
+        return seq(*(_split_groups(i, rules) for i in expr.items))
+    if isinstance(expr, Alt):
+        return alt(*(_split_groups(o, rules) for o in expr.options))
+    if isinstance(expr, Repeat):
+        body = _split_groups(expr.expr, rules)
+        if not isinstance(body, (Literal, CharClass, RuleRef)):
+            name = f"group-{len(rules)}"
+            rules[name] = body
+            body = RuleRef(name)
+        return Repeat(body, expr.min, expr.max)
+    return expr
