@@ -118,7 +118,7 @@ def _split_groups(expr: Expr, rules: dict[str, Expr]) -> Expr:
     if isinstance(expr, Repeat):
         body = _split_groups(expr.expr, rules)
         if not isinstance(body, (Literal, CharClass, RuleRef)):
-            name = f"group-{len(rules)}"
+            name = next((n for n, b in rules.items() if b == body and n != "root"), f"group-{len(rules)}")
             rules[name] = body
             body = RuleRef(name)
         return Repeat(body, expr.min, expr.max)
