@@ -64,18 +64,19 @@ TYPES: dict[str, Any] = {
 }
 
 
-def refused(grammar: Grammar, model: type, draws: int, seed: int) -> tuple[int, str]:
-    """(instances Pydantic refuses, the commonest error type) over ``draws`` random instances."""
-    rng = random.Random(seed)
-    errors: collections.Counter = collections.Counter()
+def refused(grammar: Grammar, model: type, draws: int, rng: random.Random,
+            errors: collections.Counter | None = None) -> int:
+    """How many of ``draws`` random instances of ``grammar`` Pydantic refuses (error types counted
+    into ``errors``)."""
     bad = 0
     for _ in range(draws):
         try:
             model.model_validate_json(random_text(grammar.rules, grammar.root, rng))
         except pydantic.ValidationError as err:
             bad += 1
-            errors[err.errors()[0]["type"]] += 1
-    return bad, (errors.most_common(1)[0][0] if errors else "")
+            if errors is not None:
+                errors[err.errors()[0]["type"]] += 1
+    return bad
 
 
 def random_model(rng: random.Random, depth: int = 0) -> type:
@@ -114,12 +115,7 @@ def check_random_models(n: int, draws: int, seed: int) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             grammar = Grammar.from_pydantic(model)
-        for _ in range(draws):
-            try:
-                model.model_validate_json(random_text(grammar.rules, grammar.root, rng))
-            except pydantic.ValidationError as err:
-                refused_total += 1
-                errors[err.errors()[0]["type"]] += 1
+        refused_total += refused(grammar, model, draws, rng, errors)
     print(f"{n} random models, {draws} draws each, seed {seed}: {refused_total} refused {dict(errors)}")
 
 
@@ -153,7 +149,9 @@ def main() -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 grammar = build(model)
-            bad, top = refused(grammar, model, args.draws, args.seed)
+            errors: collections.Counter = collections.Counter()
+            bad = refused(grammar, model, args.draws, random.Random(args.seed), errors)
+            top = errors.most_common(1)[0][0] if errors else ""
             totals[i] += bad
             cells.append(f"{100 * bad / args.draws:.0f}%" + (f" ({top})" if top else ""))
         print(f"| `{name}` | {cells[0]} | {cells[1]} |", flush=True)

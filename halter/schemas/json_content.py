@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from halter.grammar.ast import MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat, RuleRef, Seq, alt
+from halter.grammar.ast import Expr, Literal, RuleRef
 from halter.schemas.json_text import cat
 
 if TYPE_CHECKING:
@@ -43,22 +43,7 @@ class EmbeddedJson:
             self.conv.rules.define(name, self._escape(inner))
 
     def _escape(self, e: Expr) -> Expr:
-        js = self.conv.js
-        if isinstance(e, Literal):
-            return js.encode_text(e.text)
-        if isinstance(e, CharClass):
-            return js.encode_class(e.code_point_ranges())
-        if isinstance(e, AnyChar):
-            return js.encode_class(((0, MAX_CODE_POINT),))
-        if isinstance(e, Seq):
-            return cat(*(self._escape(i) for i in e.items))
-        if isinstance(e, Alt):
-            return alt(*(self._escape(o) for o in e.options))
-        if isinstance(e, Repeat):
-            return Repeat(self._escape(e.expr), e.min, e.max)
-        if isinstance(e, RuleRef):
-            return RuleRef(self._copy(e.name))
-        raise TypeError(f"cannot embed {e!r} in a JSON string")
+        return self.conv.js.encode_expr(e, rule=lambda ref: RuleRef(self._copy(ref.name)))
 
     def _copy(self, name: str) -> str:
         copy = self._copies.get(name)

@@ -15,7 +15,9 @@ into Unicode text, Pydantic's among them, takes); constrained strings never acce
 """
 from __future__ import annotations
 
-from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, RuleRef,
+from collections.abc import Callable
+
+from halter.grammar.ast import (MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat, RuleRef,
                                 Seq, alt, merge_ranges)
 from halter.schemas.rules import Rules
 
@@ -243,20 +245,25 @@ class JsonText:
     def quoted(self, text: str) -> Expr:
         return cat(Literal('"'), self.encode_text(text), Literal('"'))
 
-    def encode_expr(self, expr: Expr) -> Expr:
-        """Map a code-point grammar expression (from a regex) to JSON-string spellings."""
+    def encode_expr(self, expr: Expr, rule: Callable[[RuleRef], Expr] | None = None) -> Expr:
+        """Map a code-point grammar expression (from a regex) to JSON-string spellings.
+
+        Rule references stay as they are, or become ``rule(ref)`` (an encoded copy of the rule).
+        """
         if isinstance(expr, Literal):
             return self.encode_text(expr.text)
         if isinstance(expr, CharClass):
             return self.encode_class(expr.code_point_ranges())
+        if isinstance(expr, AnyChar):
+            return self.encode_class(((0, MAX_CODE_POINT),))
         if isinstance(expr, Seq):
-            return cat(*(self.encode_expr(i) for i in expr.items))
+            return cat(*(self.encode_expr(i, rule) for i in expr.items))
         if isinstance(expr, Alt):
-            return alt(*(self.encode_expr(o) for o in expr.options))
+            return alt(*(self.encode_expr(o, rule) for o in expr.options))
         if isinstance(expr, Repeat):
-            return Repeat(self.encode_expr(expr.expr), expr.min, expr.max)
+            return Repeat(self.encode_expr(expr.expr, rule), expr.min, expr.max)
         if isinstance(expr, RuleRef):
-            return expr
+            return expr if rule is None else rule(expr)
         raise TypeError(f"cannot encode {expr!r}")
 
     # numbers and values -----------------------------------------------------------------------
