@@ -336,10 +336,12 @@ def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexibl
         ``"pydantic"`` keeps to what Pydantic's ``model_validate_json`` takes (the default of
         ``Grammar.from_pydantic``/``from_type`` and of ``generate(output_type=...)``): no lone
         surrogate escapes in strings, integers without a zero fraction (``3.0`` fails a strict
-        ``int``), numbers that do not overflow a double (``1e400`` fails ``Decimal``), dates and times that Python's ``datetime`` holds (years 0001-9999, no leap
-        second), URLs the WHATWG parser takes, Pydantic's own formats (``ipvanyaddress``,
-        ``ipv4network``, ``base64``, ...) enforced instead of read as annotations, and so is
-        ``contentSchema`` under ``contentMediaType: application/json`` (``Json[T]``).
+        ``int``), numbers that do not overflow a double (``1e400`` fails ``Decimal``), dates and
+        times that Python's ``datetime`` holds (years 0001-9999, no leap second), URLs the WHATWG
+        parser takes, e-mail addresses ``email-validator`` takes, Pydantic's own formats
+        (``ipvanyaddress``, ``ipv4network``, ``base64``, ...) enforced instead of read as
+        annotations, and so is ``contentSchema`` under ``contentMediaType: application/json``
+        (``Json[T]``). See docs/json_schema.md, "Pydantic models".
 
     Raises
     ------
