@@ -156,7 +156,8 @@ def test_unknown_target_is_a_clear_error() -> None:
 @pytest.mark.parametrize("url, http_ok, any_ok", [
     ("https://example.com/a/b?c=d#e", True, True),
     ("HTTP://A.B:8080", True, True),
-    ("http://u:p@[2001:db8::1]:443/", True, True),
+    ("http://[2001:db8::1]:443/", True, True),
+    ("http://u:p@a.example/", False, True),   # valid, but HttpUrl's capped form leaves user@ out
     ("ftp://files.example.org/x", False, True),
     ("http://10.0.0.1/", True, True),
     ("http://1.2.3.999/", False, False),      # the last label is numeric: parsed as a bad IPv4
