@@ -74,7 +74,7 @@ def _type_parser(tp: Any) -> tuple[dict, Callable[[str], Any]]:
     else:
         try:
             adapter = pydantic.TypeAdapter(tp)
-            schema = pydantic_grammar_schema(tp)
+            schema = pydantic_grammar_schema(adapter)
         except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as err:
             raise SchemaError(f"output_type {tp!r} has no JSON form: {err}") from None
         validate = adapter.validate_json

@@ -113,7 +113,7 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
         dfa_id = ids.get(sub)
         if dfa_id is None:
             if len(order) >= MAX_DFA_STATES:
-                raise _TooManyStates(f"rule '{name}' is too complex: its automaton exceeds "
+                raise RuleTooComplex(f"rule '{name}' is too complex: its automaton exceeds "
                                      f"{MAX_DFA_STATES} states; split it into smaller rules")
             dfa_id = ids[sub] = len(order)
             order.append(sub)
@@ -164,8 +164,9 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
     return accepting, byte_next, calls, tokens
 
 
-class _TooManyStates(GrammarError):
-    """A rule's DFA passed ``MAX_DFA_STATES``."""
+class RuleTooComplex(GrammarError):
+    """A rule's DFA passed ``MAX_DFA_STATES`` (a ``GrammarError``; callers that can rewrite the
+    rules, such as ``Grammar.from_regex``, catch it by type)."""
 
 
 def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> RuleAutomata:
@@ -180,7 +181,7 @@ def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> 
     b.build_all(root)
     try:
         per_rule = _determinize_all(b, merge)
-    except _TooManyStates:
+    except RuleTooComplex:
         if not b.inline:
             raise
         b = NfaBuilder(rules)
@@ -190,7 +191,7 @@ def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> 
 
 
 def _determinize_all(b: NfaBuilder, merge: bool) -> list:
-    """Each rule's DFA; ``_TooManyStates`` (a ``GrammarError``) if one is too large."""
+    """Each rule's DFA; ``RuleTooComplex`` (a ``GrammarError``) if one is too large."""
     class_of = _byte_classes(b.nfas)
     n_classes = max(class_of) + 1
     b.class_of, b.n_classes = class_of, n_classes

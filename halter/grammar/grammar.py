@@ -101,11 +101,12 @@ class Grammar:
         A pattern whose single automaton grows too large (nested repeats) is built again with
         a rule per repeated group (``regex_to_gbnf(split_groups=True)``).
         """
+        from halter.grammar.automaton import RuleTooComplex
         from halter.schemas import regex_to_gbnf
         try:
             return cls.from_gbnf(regex_to_gbnf(pattern, **options))
-        except GrammarError as err:
-            if "too complex" not in str(err) or options.get("split_groups"):
+        except RuleTooComplex:
+            if options.get("split_groups"):
                 raise
         return cls.from_gbnf(regex_to_gbnf(pattern, **{**options, "split_groups": True}))
 

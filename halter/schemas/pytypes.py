@@ -35,14 +35,16 @@ def pydantic_grammar_schema(tp: Any) -> dict:
     handles) from: Pydantic's own, with what it loses kept as halter's formats, which
     ``target="pydantic"`` reads: URLs limited to http/https (``HttpUrl``) as ``x-halter-http-url``
     or ``x-halter-https-url``, datetimes without an offset (``NaiveDatetime``) as
-    ``x-halter-naive-date-time``, ``condecimal`` limits exactly and ``ByteSize``'s units. Raises
-    what ``pydantic.TypeAdapter`` raises for other types."""
+    ``x-halter-naive-date-time``, ``condecimal`` limits exactly and ``ByteSize``'s units. ``tp``
+    may also be a ``pydantic.TypeAdapter`` already made. Raises what ``pydantic.TypeAdapter``
+    raises for other types."""
     import pydantic
 
     gen = _grammar_schema_generator()
     if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
         return tp.model_json_schema(schema_generator=gen)
-    return pydantic.TypeAdapter(tp).json_schema(schema_generator=gen)
+    adapter = tp if isinstance(tp, pydantic.TypeAdapter) else pydantic.TypeAdapter(tp)
+    return adapter.json_schema(schema_generator=gen)
 
 
 @functools.cache
