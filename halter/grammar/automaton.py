@@ -169,6 +169,11 @@ class RuleTooComplex(GrammarError):
     rules, such as ``Grammar.from_regex``, catch it by type)."""
 
 
+class NeverMatches(GrammarError):
+    """The root rule has no finite derivation (a ``GrammarError``; ``Grammar.from_json_schema``
+    reports it as a schema that accepts nothing)."""
+
+
 def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> RuleAutomata:
     """Compile the rules reachable from ``root`` into global position tables.
 
@@ -261,7 +266,7 @@ def _trim(per_rule, names, root_id: int):
             if not productive[r] and _can_finish(per_rule[r], productive):
                 productive[r] = changed = True
     if not productive[root_id]:
-        raise GrammarError(f"the grammar can never match: rule '{names[root_id]}' has no finite "
+        raise NeverMatches(f"the grammar can never match: rule '{names[root_id]}' has no finite "
                            f"derivation (check for recursion without a base case)", 1, 1)
     all_productive = all(productive)
     out = []

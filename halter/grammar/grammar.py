@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from halter.errors import GrammarError
+from halter.errors import GrammarError, SchemaError
 from halter.grammar.ast import Expr, RuleSet, format_grammar, has_token_refs
-from halter.grammar.automaton import RuleAutomata, build_automata
+from halter.grammar.automaton import NeverMatches, RuleAutomata, build_automata
 from halter.grammar.gbnf_parser import check_references, parse_gbnf
 from halter.grammar.matcher import GrammarMatcher
 from halter.grammar.parser_state import StateSpace
@@ -69,7 +69,8 @@ class Grammar:
         import json
         import warnings
 
-        from halter.schemas.converter import _draft_of, schema_to_grammar_parts
+        from halter.schemas.converter import _draft_of
+        from halter.schemas.json_schema import schema_to_grammar_parts
         from halter.schemas.unique_check import UniqueItemsCheck
         try:
             loaded = schema if not isinstance(schema, str) else json.loads(schema)
@@ -88,7 +89,10 @@ class Grammar:
             rules, check = schema_to_grammar_parts(schema, **options)
         for w in caught:
             warnings.warn(w.message, w.category, stacklevel=2)
-        grammar = cls(rules, "root", _check=check)
+        try:
+            grammar = cls(rules, "root", _check=check)
+        except NeverMatches:        # e.g. a required property whose schema is the object itself
+            raise SchemaError("the schema accepts no value at all (no finite JSON text fits it)", "#") from None
         if key is not None:
             _store_cached(key, "root", grammar, ([(str(w.message), w.category) for w in caught], check is not None),
                           force=True)

@@ -98,7 +98,7 @@ def random_text(rules: dict[str, Expr], root: str, rng: random.Random, max_depth
                 finite = [o for o in finite if size(o) == shortest]
             walk(rng.choice(finite), depth)
         elif isinstance(e, Repeat):
-            if depth >= max_depth:
+            if depth >= max_depth or size(e.expr) == _INF:     # (a body that matches nothing: min is 0)
                 n = e.min
             else:
                 hi = e.max if e.max is not None else e.min + max_repeat

@@ -4,7 +4,8 @@
 ``Grammar.from_gbnf``; ``pydantic_to_json_schema`` and ``type_to_json_schema`` turn Python-side
 declarations into JSON Schema first. See docs/json_schema.md for coverage and departures.
 """
-from halter.schemas.converter import SchemaWarning, json_schema_to_gbnf, schema_to_rules
+from halter.schemas.converter import SchemaWarning
+from halter.schemas.json_schema import json_schema_to_gbnf, schema_to_rules
 from halter.schemas.pytypes import pydantic_to_json_schema, type_to_json_schema
 from halter.schemas.regex import RegexError, UnsupportedRegexError, regex_to_gbnf
 

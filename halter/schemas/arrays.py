@@ -70,7 +70,8 @@ def array_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | Non
             lo = max(lo, min_c)
             hi = max_c if hi is None else (hi if max_c is None else min(hi, max_c))
         elif s["contains"] is False:
-            return None
+            if min_c > 0:       # nothing matches: only minContains 0 (then any count is 0) passes
+                return None
         elif k == 0 and max_c is None and hi is None and lo <= min_c and rest is not None:
             both = s["contains"] if rest_schema is True else {"allOf": [rest_schema, s["contains"]]}
             match = conv.visit(both, f"{ptr}/contains", base)

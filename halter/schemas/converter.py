@@ -1,8 +1,9 @@
 """JSON Schema -> GBNF: walks a schema and emits a grammar accepting exactly its JSON instances.
 
-``json_schema_to_gbnf`` is the entry point. The walk normalises each subschema into alternatives
-(``anyOf``/``oneOf`` branches, with ``allOf`` and ``$ref`` siblings merged in), then builds one
-grammar per allowed type. Plain ``$ref``s become shared rules (which is how recursion works).
+The entry points are in json_schema.py (``json_schema_to_gbnf``). The walk normalises each
+subschema into alternatives (``anyOf``/``oneOf`` branches, with ``allOf`` and ``$ref`` siblings
+merged in), then builds one grammar per allowed type. Plain ``$ref``s become shared rules (which is
+how recursion works); so does a merged schema that meets itself again (``Converter.visit``).
 Keywords a grammar cannot enforce are dropped with a ``SchemaWarning`` (the default, lenient mode),
 which only ever makes the grammar accept more; ``strict=True`` raises ``UnsupportedSchemaError``.
 """
@@ -17,7 +18,7 @@ import jsonschema
 from jsonschema import validators
 
 from halter.errors import SchemaError, UnsupportedSchemaError
-from halter.grammar.ast import Expr, Literal, RuleRef, alt, format_grammar
+from halter.grammar.ast import Expr, Literal, RuleRef, alt
 from halter.schemas import logic, one_of, unevaluated
 from halter.schemas import merge as merging
 from halter.schemas.arrays import array_grammar
@@ -26,7 +27,7 @@ from halter.schemas.formats_pydantic import PYDANTIC_FORMATS
 from halter.schemas.json_content import EmbeddedJson, is_embedded_json
 from halter.schemas.json_text import NEVER, JsonText
 from halter.schemas.objects import object_grammar
-from halter.schemas.refs import DEFAULT_BASE, RefIndex, pointer_escape
+from halter.schemas.refs import DEFAULT_BASE, RefIndex
 from halter.schemas.rules import Rules, tidy_rules
 from halter.schemas.scalars import integer_grammar, number_grammar, values_grammar
 from halter.schemas.strings import StringBuilder
@@ -38,6 +39,9 @@ MAX_DEPTH = 40
 _DRAFTS = {"draft-04": "draft4", "draft-06": "draft6", "draft-07": "draft7", "2019-09": "draft2019",
            "2020-12": "draft2020"}
 _CONSTRAINT_FREE = merging.ANNOTATIONS | {"$ref"}
+_INLINES = frozenset({"$ref", "$dynamicRef", "$recursiveRef", "allOf", "anyOf", "oneOf", "not", "if",
+                      "dependentSchemas", "dependencies"})
+"""Keywords through which a schema can inline another (and so, through a reference, itself)."""
 
 
 class SchemaWarning(UserWarning):
@@ -80,6 +84,7 @@ class Converter:
         self.ref_rules: dict[str, RuleRef] = {}
         self.warnings: list[str] = []
         self._inlining: list[str] = []
+        self._building: dict[str, str | None] = {}     # schemas being visited that inline: see visit
         self.probing = 0
         self.max_alternatives = MAX_ALTERNATIVES
         cls = validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)
@@ -111,9 +116,40 @@ class Converter:
 
     # ------------------------------------------------------------------------------------------
     def visit(self, schema: Any, ptr: str, base: str) -> Expr | None:
-        """Grammar for the JSON texts of ``schema``; None if it accepts nothing."""
+        """Grammar for the JSON texts of ``schema``; None if it accepts nothing.
+
+        A schema that inlines a ``$ref`` (one with siblings, or under ``allOf``...) can meet itself
+        again inside what it inlined: ``{"properties": {"c": {"$ref": "#", "type": "object"}}}``.
+        Such a schema is tracked by its content while it is being built; met again, it becomes a
+        rule that refers to itself (only then, so other grammars keep their shape)."""
         if schema is True or (isinstance(schema, dict) and not set(schema) - merging.ANNOTATIONS):
             return self.js.value()
+        key = self._reentry_key(schema, base)
+        if key is None:
+            return self._visit(schema, ptr, base)
+        if key in self._building:
+            if self._building[key] is None:
+                self._building[key] = self.rules.reserve(self.hint(ptr))
+            return RuleRef(self._building[key])
+        self._building[key] = None
+        try:
+            expr = self._visit(schema, ptr, base)
+        finally:
+            name = self._building.pop(key)
+        if name is None:
+            return expr
+        self.rules.define(name, expr if expr is not None else NEVER)
+        return RuleRef(name) if expr is not None else None
+
+    def _reentry_key(self, schema: Any, base: str) -> str | None:
+        if not isinstance(schema, dict) or not _INLINES.intersection(schema):
+            return None
+        if isinstance(schema.get("$ref"), str) and (self.draft in ("draft4", "draft6", "draft7")
+                                                    or not set(schema) - _CONSTRAINT_FREE):
+            return None     # a plain reference: ref_rule makes it a rule, recursive or not
+        return base + self.index.scope_key(base) + " " + json.dumps(schema, sort_keys=True, default=repr)
+
+    def _visit(self, schema: Any, ptr: str, base: str) -> Expr | None:
         options = []
         for a in self.alternatives(schema, ptr, base, inline=False):
             e = self.ref_rule(*a[1:]) if a[0] == "ref" else self.build(a[1], a[2], a[3])
@@ -298,90 +334,6 @@ class Converter:
     def valid(self, schema: Any, value: Any) -> bool:
         """Whether ``value`` is valid under ``schema`` (True when the validator cannot tell)."""
         try:
-            return self.validator.evolve(schema=schema).is_valid(value)
+            return self.validator.evolve(schema=merging.for_validator(schema)).is_valid(value)
         except Exception:  # noqa: BLE001
             return True
-
-
-def _meta_validate(schema: Any) -> None:
-    if isinstance(schema, bool):
-        return
-    if not isinstance(schema, dict):
-        raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}", "#")
-    cls = validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    # no format checker: patterns are ECMA-262 (``\p{L}`` is valid there, not in Python's re)
-    e = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
-    if e is not None:
-        ptr = "#" + "".join("/" + pointer_escape(p) for p in e.absolute_path)
-        raise SchemaError(f"invalid JSON Schema: {e.message}", ptr, e.validator)
-
-
-def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexible", strict: bool = False,
-                        closed_objects: bool = False, prop_order: Sequence[str] | None = None,
-                        target: str = "json-schema") -> str:
-    """GBNF text (root rule ``root``) accepting the JSON texts valid under ``schema``.
-
-    Parameters
-    ----------
-    schema : a JSON Schema as a dict/bool, or its JSON text. Not modified.
-    whitespace : ``"flexible"`` (default; bounded whitespace that accepts ``json.dumps`` output
-        with default separators or ``indent`` up to 64 columns) or ``"compact"`` (none at all).
-    strict : ``False`` (default) drops keywords a grammar cannot enforce with a ``SchemaWarning``
-        (overlapping ``oneOf`` becomes ``anyOf``), so the grammar accepts a superset and never
-        rejects a valid instance; ``True`` raises ``UnsupportedSchemaError`` for them instead.
-    closed_objects : forbid properties not listed in ``properties`` unless the schema says
-        otherwise (llama.cpp's behaviour); the spec's default allows them.
-    prop_order : known properties in this order (then schema order) instead of any order.
-    target : ``"json-schema"`` (default) accepts what the JSON Schema spec and RFC 8259 allow;
-        ``"pydantic"`` keeps to what Pydantic's ``model_validate_json`` takes (the default of
-        ``Grammar.from_pydantic``/``from_type`` and of ``generate(output_type=...)``): no lone
-        surrogate escapes in strings, integers without a zero fraction (``3.0`` fails a strict
-        ``int``), numbers that do not overflow a double (``1e400`` fails ``Decimal``), dates and
-        times that Python's ``datetime`` holds (years 0001-9999, no leap second), URLs the WHATWG
-        parser takes, e-mail addresses ``email-validator`` takes, Pydantic's own formats
-        (``ipvanyaddress``, ``ipv4network``, ``base64``, ...) enforced instead of read as
-        annotations, and so is ``contentSchema`` under ``contentMediaType: application/json``
-        (``Json[T]``). See docs/json_schema.md, "Pydantic models".
-
-    Raises
-    ------
-    SchemaError : invalid schema (checked against its metaschema) or unresolvable ``$ref``.
-    UnsupportedSchemaError : strict mode and a keyword a grammar cannot express.
-    """
-    return format_grammar(schema_to_rules(schema, whitespace=whitespace, strict=strict,
-                                          closed_objects=closed_objects, prop_order=prop_order,
-                                          target=target))
-
-
-def schema_to_rules(schema: dict | str | bool, **options: Any) -> dict[str, Expr]:
-    """Like ``json_schema_to_gbnf`` but returns the rules as syntax trees."""
-    schema = _loaded(schema)
-    _meta_validate(schema)
-    return Converter(schema, **options).convert()
-
-
-def schema_to_grammar_parts(schema: dict | str | bool, **options: Any) -> tuple[dict[str, Expr], Any]:
-    """The rules, and the ``UniqueItemsCheck`` to run beside them (None when none is needed).
-
-    With the check, ``uniqueItems`` over open item sets is enforced (so strict mode accepts it)
-    wherever ``check_is_exact`` shows the check always knows which arrays need it.
-    """
-    from halter.schemas.instance_schemas import has_true_keyword
-    from halter.schemas.unique_check import UniqueItemsCheck, check_is_exact
-    schema = _loaded(schema)
-    _meta_validate(schema)
-    mode = None
-    if has_true_keyword(schema, "uniqueItems"):
-        mode = "exact" if check_is_exact(schema, _draft_of(schema)) else "partial"
-    conv = Converter(schema, unique_checked=mode, **options)
-    rules = conv.convert()
-    return rules, (UniqueItemsCheck(conv.schema, conv.draft) if conv.needs_unique_check else None)
-
-
-def _loaded(schema: Any) -> Any:
-    if isinstance(schema, str):
-        try:
-            return json.loads(schema)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"schema is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})", "#") from None
-    return schema

@@ -123,7 +123,7 @@ def merge(a: dict, b: dict) -> dict | bool:
             if _canon(x) != _canon(y):
                 return False
             out[k] = x
-        elif k in ("properties", "patternProperties", "dependentRequired") or k in _ITEM_KEYS:
+        elif k in ("properties", "patternProperties", "dependentRequired", SIDES) or k in _ITEM_KEYS:
             continue   # handled below
         elif k in ("x-halter-not-strings", "x-halter-not-multiples", "x-halter-multiples"):
             out[k] = list(dict.fromkeys([*out.get(k, []), *x, *y]))
@@ -147,7 +147,7 @@ def merge(a: dict, b: dict) -> dict | bool:
             out[k] = x
             conflicts.append(k)
     for k in keys:
-        if k in ANNOTATIONS or k in out or k == "type" or k in _ITEM_KEYS:
+        if k in ANNOTATIONS or k in out or k in ("type", SIDES) or k in _ITEM_KEYS:
             continue
         if k in a and k not in b:
             out[k] = a[k]
@@ -181,6 +181,9 @@ def merge(a: dict, b: dict) -> dict | bool:
         for pat, s in (b.get("patternProperties") or {}).items():
             pp[pat] = _both(pp[pat], s) if pat in pp else s
         out["patternProperties"] = pp
+        sides = _sides(a) + _sides(b)
+        if sides:
+            out[SIDES] = sides
     if "dependentRequired" in a or "dependentRequired" in b:
         dr = {k: list(v) for k, v in (a.get("dependentRequired") or {}).items()}
         for k, v in (b.get("dependentRequired") or {}).items():
@@ -192,6 +195,67 @@ def merge(a: dict, b: dict) -> dict | bool:
 
 
 _ITEM_KEYS = ("items", "prefixItems", "additionalItems")
+
+SIDES = "x-halter-sides"
+"""Where ``allOf`` joins objects with ``patternProperties``, each side's ``additionalProperties``
+still sees only that side's names and patterns: ``{"allOf": [{"additionalProperties": false}],
+"patternProperties": {"a": {}}}`` refuses ``{"a": 1}``. Merged flat, the other side's patterns
+would exempt such keys, so each side whose ``additionalProperties`` is not ``true`` is kept as
+``[names, patterns, additionalProperties]``: a key that is none of a side's names and matches none
+of its patterns must also satisfy that side's ``additionalProperties`` (objects.py, pattern_keys.py)."""
+
+
+def _sides(s: dict) -> list:
+    if SIDES in s:
+        return s[SIDES]
+    add = s.get("additionalProperties", True)
+    if add is True or add == {}:
+        return []
+    return [[sorted(s.get("properties") or {}), sorted(s.get("patternProperties") or {}), add]]
+
+
+def side_rule(side: list, key: str, search: Any) -> Any:
+    """What one side's ``additionalProperties`` asks of ``key``'s value (True: nothing);
+    ``search(pattern, key)`` says whether an unanchored pattern finds ``key``."""
+    names, patterns, add = side
+    if key in names or any(search(p, key) for p in patterns):
+        return True
+    return add
+
+
+def for_validator(schema: Any) -> Any:
+    """``schema`` with each ``x-halter-sides`` written as an ``allOf`` that a JSON Schema validator
+    reads the same way (the schema itself when it has none)."""
+    if not isinstance(schema, dict) or SIDES not in json.dumps(schema, default=repr):
+        return schema
+    return _translated(schema)
+
+
+_VALUES = {"enum", "const", "default", "examples"}
+_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+
+
+def _translated(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_translated(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict = {}
+    for k, v in schema.items():
+        if k == SIDES:
+            continue
+        if k in _VALUES:
+            out[k] = v
+        elif k in _MAPS and isinstance(v, dict):
+            out[k] = {name: _translated(sub) for name, sub in v.items()}
+        else:
+            out[k] = _translated(v)
+    if SIDES in schema:
+        out["allOf"] = [*out.get("allOf", []), *({"properties": {n: True for n in names},
+                                                   "patternProperties": {p: True for p in patterns},
+                                                   "additionalProperties": _translated(add)}
+                                                  for names, patterns, add in schema[SIDES])]
+    return out
 
 
 def _positions(s: dict) -> tuple[bool, list, Any]:

@@ -3,7 +3,8 @@
 ``integer_range(lo, hi)`` matches exactly the JSON integers in ``lo..hi`` (either end open), also
 spelled with a zero fraction (``3.0``) and ``-0``. ``number_range`` matches exactly the decimal
 numbers (no exponent) between two decimal bounds, inclusive or exclusive; bounded numbers are not
-accepted in exponent notation (documented departure), except when the only bound is zero.
+accepted in exponent notation (documented departure), except when the only bound is zero
+(``minimum: 0``, ``exclusiveMaximum: 0``...: the sign alone decides).
 """
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas.json_text import DIGIT, NONZERO, cat, digit_class, fixed_width_range
 
 ZERO_FRACTION = Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1)
+_FRACTION = Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1)
+_MANTISSA = cat(alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None))), _FRACTION)
+_NONZERO_MANTISSA = alt(cat(Literal("0."), Repeat(Literal("0"), 0, None), NONZERO, Repeat(DIGIT, 0, None)),
+                        cat(NONZERO, Repeat(DIGIT, 0, None), _FRACTION))
 EXPONENT = cat(CharClass(((0x45, 0x45), (0x65, 0x65))), Repeat(CharClass(((0x2B, 0x2B), (0x2D, 0x2D))), 0, 1),
                Repeat(DIGIT, 1, None))
 
@@ -177,13 +182,12 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
     """JSON number texts between two decimal bounds (None = unbounded); None if empty."""
     if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
         return None
-    if hi is None and lo == 0:          # sign-only bound: exponents are safe
-        mantissa = cat(alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None))), Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1))
-        if lo_strict:
-            mantissa = alt(cat(Literal("0."), Repeat(Literal("0"), 0, None), NONZERO, Repeat(DIGIT, 0, None)),
-                           cat(NONZERO, Repeat(DIGIT, 0, None), Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1)))
+    if (hi is None and lo == 0) or (lo is None and hi == 0):     # sign-only bound: exponents are safe
+        if lo == 0:
+            mantissa = _NONZERO_MANTISSA if lo_strict else alt(_MANTISSA, cat(Literal("-0"), ZERO_FRACTION))
         else:
-            mantissa = alt(mantissa, cat(Literal("-0"), Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1)))
+            negative = cat(Literal("-"), _NONZERO_MANTISSA if hi_strict else _MANTISSA)
+            mantissa = negative if hi_strict else alt(negative, cat(Literal("0"), ZERO_FRACTION))
         return cat(mantissa, Repeat(EXPONENT, 0, 1))
     parts = []
     if hi is None or hi > 0 or (hi == 0 and not hi_strict):

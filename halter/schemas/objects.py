@@ -258,12 +258,19 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
     prop_names = s.get("propertyNames")
     if prop_names is not None and prop_names is not True and not (isinstance(prop_names, dict) and not set(prop_names) - merging.ANNOTATIONS):
         names = [n for n in names if conv.valid(prop_names, n)]
+    sides = s.get(merging.SIDES) or []        # allOf members' own additionalProperties: see merge.py
+
+    def search(pat: str, key: str) -> bool:
+        return conv.strings.search(pat, key, f"{ptr}/patternProperties")
+
     props: dict[str, Expr | None] = {}
     for n in names:
         sub = props_schema[n]
         for pat, psub in pattern_props.items():
-            if conv.strings.search(pat, n, f"{ptr}/patternProperties"):
+            if search(pat, n):
                 sub = merging._both(sub, psub)
+        for side in sides:
+            sub = merging._both(sub, merging.side_rule(side, n, search))
         props[n] = conv.visit(sub, f"{ptr}/properties/{pointer_escape(n)}", base)
     required = [r for r in (s.get("required") or []) if isinstance(r, str)]
     deps = {k: list(v) for k, v in (s.get("dependentRequired") or {}).items()}
@@ -276,8 +283,11 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
             if r not in props_schema and (prop_names is None or conv.valid(prop_names, r)):
                 sub = additional
                 for pat, psub in pattern_props.items():
-                    if conv.strings.search(pat, r, f"{ptr}/patternProperties"):
+                    if search(pat, r):
                         sub = psub if sub is additional else merging._both(sub, psub)
+                if sub is not additional:
+                    for side in sides:
+                        sub = merging._both(sub, merging.side_rule(side, r, search))
                 props[r] = conv.visit(sub, f"{ptr}/required", base)
     extra: list[tuple[Expr, Expr]] = []
     known = list(props)
@@ -289,12 +299,18 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
         not (isinstance(prop_names, dict) and not set(prop_names) - merging.ANNOTATIONS)
     names = (Dfa([EVERYTHING], [[-1]], [False]) if prop_names is False else names_dfa(conv, prop_names, f"{ptr}/propertyNames")) \
         if names_given else None
+    if names_given and names is None and pattern_props:
+        conv.unsupported("propertyNames", f"{ptr}/propertyNames", "next to patternProperties only "
+                         "exact for pattern/length keywords and automata of a sane size")
     exact = None
     if pattern_props or names is not None:
-        exact = partition_keys(conv, pattern_props, additional, known, names, ptr, base)
+        exact = partition_keys(conv, pattern_props, additional, known, names, ptr, base, sides)
     if exact is not None:
         extra.extend(exact)
     elif pattern_props:
+        if sides:
+            conv.unsupported("additionalProperties", ptr, "allOf joins objects with patternProperties "
+                             "whose key automata are too large to keep each one's additionalProperties")
         if names_given:
             conv.unsupported("propertyNames", f"{ptr}/propertyNames", "next to patternProperties only "
                              "exact for pattern/length keywords and automata of a sane size")
@@ -317,6 +333,8 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
                 key = key_complement(conv.js, known)
             if key is not None:
                 extra.append((key, value))
+    if s.get("maxProperties") is not None and int(s.get("minProperties", 0)) > int(s["maxProperties"]):
+        return None
     spec = ObjectSpec(props=props, required=required, extra=extra,
                       min_props=int(s.get("minProperties", 0)),
                       max_props=None if s.get("maxProperties") is None else int(s["maxProperties"]),

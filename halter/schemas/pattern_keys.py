@@ -75,8 +75,13 @@ def names_dfa(conv: "Converter", names_schema: Any, ptr: str) -> Dfa | None:
 
 
 def partition_keys(conv: "Converter", pattern_props: dict, additional: Any, known: list[str],
-                   names: Dfa | None, ptr: str, base: str) -> list[tuple[Expr, Expr]] | None:
-    """(key grammar, value grammar) pairs covering every key that is not a known name."""
+                   names: Dfa | None, ptr: str, base: str,
+                   sides: list | None = None) -> list[tuple[Expr, Expr]] | None:
+    """(key grammar, value grammar) pairs covering every key that is not a known name.
+
+    ``sides`` (``x-halter-sides``, merge.py): ``[names, patterns, additionalProperties]`` of
+    ``allOf`` members; a key matching none of a member's patterns also takes its
+    ``additionalProperties``."""
     pats = list(pattern_props)
     dfas = [conv.strings.pattern_dfa(p, f"{ptr}/patternProperties") for p in pats]
     if any(d is None for d in dfas):
@@ -106,6 +111,9 @@ def partition_keys(conv: "Converter", pattern_props: dict, additional: Any, know
         sub: Any = True
         for i in sorted(cls):
             sub = pattern_props[pats[i]] if sub is True else merging._both(sub, pattern_props[pats[i]])
+        for _, side_patterns, side_additional in sides or ():
+            if not any(pats[i] in side_patterns for i in cls):
+                sub = merging._both(sub, side_additional)
         first = pats[min(cls)]
         values[cls] = conv.visit(sub, f"{ptr}/patternProperties/{pointer_escape(first)}", base)
     groups: dict[Expr, set[frozenset[int]]] = {}

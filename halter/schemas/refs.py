@@ -9,7 +9,7 @@ target's resource, ``enter`` with a subschema's ``$id``; ``dynamic_ref`` picks t
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote, urldefrag, urljoin
+from urllib.parse import quote, unquote, urldefrag, urljoin
 
 from halter.errors import SchemaError
 
@@ -205,7 +205,8 @@ class RefIndex:
         doc_ptr = self.doc_pointer.get(uri, "")
         if pointer.startswith(doc_ptr):
             pointer = pointer[len(doc_ptr):]
-        return uri + "#" + pointer
+        # the fragment is percent-decoded when resolved: a name holding "%25" must stay "%25"
+        return uri + "#" + quote(pointer, safe="/~!$&'()*+,;=:@")
 
     def resolve(self, ref: str, base: str, where: str) -> tuple[Any, str, str]:
         """(target schema, its base URI (a ``ScopedBase``), its JSON pointer in the root document)."""

@@ -39,7 +39,10 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
         values = [v for v in values if _is_multiple(v, d)]
     for d in s.get("x-halter-not-multiples", ()):
         values = [v for v in values if not _is_multiple(v, d)]
-    check = conv.validator.evolve(schema=rest)
+    # strings: patterns (ECMAScript, all of them) and formats as the string builder reads them
+    values = [v for v in values if not isinstance(v, str) or conv.strings.fits(rest, v, ptr)]
+    rest = {k: v for k, v in rest.items() if k not in ("pattern", "format")}
+    check = conv.validator.evolve(schema=merging.for_validator(rest))
     kept = []
     for v in values:
         try:
@@ -172,10 +175,17 @@ def _product(conv: "Converter", s: dict, ptr: str, base: Expr, factors: list) ->
 
 
 def _fraction_number(conv: "Converter") -> Expr:
-    """A JSON number that is not an integer: a non-zero fraction digit, or exponent notation
-    (which halter's integer grammar never accepts, so the two stay complementary)."""
+    """A JSON number that is not an integer: a non-zero fraction digit, then maybe an exponent
+    that cannot make it whole (negative or zero), or an integer mantissa ending in a non-zero digit
+    with a negative exponent (``15e-1``). Other exponent spellings (``1.55e1``) are left out: whether
+    they are whole depends on the exponent against the digit count, which no grammar compares, and
+    they must not pass as non-integers (``1e2`` is 100)."""
     js = conv.js
-    digits = Repeat(CharClass(((0x30, 0x39),)), 0, None)
-    frac = cat(Literal("."), digits, CharClass(((0x31, 0x39),)), digits, Repeat(js.exponent(), 0, 1))
-    expo = cat(Repeat(js.fraction(), 0, 1), js.exponent())
-    return conv.rules.fixed("json-fraction-number", cat(Repeat(Literal("-"), 0, 1), js.uint(), alt(frac, expo)))
+    digits = Repeat(DIGIT, 0, None)
+    e = CharClass(((0x45, 0x45), (0x65, 0x65)))
+    shrinking = cat(e, alt(cat(Literal("-"), Repeat(DIGIT, 1, None)),
+                           cat(Repeat(Literal("+"), 0, 1), Repeat(Literal("0"), 1, None))))
+    frac = cat(js.uint(), Literal("."), digits, NONZERO, digits, Repeat(shrinking, 0, 1))
+    odd = cat(alt(NONZERO, cat(NONZERO, digits, NONZERO)), ZERO_FRACTION,
+              e, Literal("-"), Repeat(Literal("0"), 0, None), NONZERO, digits)
+    return conv.rules.fixed("json-fraction-number", cat(Repeat(Literal("-"), 0, 1), alt(frac, odd)))

@@ -129,8 +129,22 @@ class StringBuilder:
 
     def search(self, pattern: str, text: str, ptr: str) -> bool:
         expr = self.pattern_expr(pattern, ptr)
-        if expr is None:
+        return expr is None or self._matches(expr, text)
+
+    def fits(self, s: dict, text: str, ptr: str) -> bool:
+        """Whether the string ``text`` satisfies the patterns and ``format`` of ``s`` (as the
+        grammar reads them; True for what it cannot check)."""
+        patterns = [p for p in [s.get("pattern"), *s.get("x-halter-patterns", [])] if isinstance(p, str)]
+        if not all(self.search(p, text, ptr) for p in patterns):
+            return False
+        fmt = s.get("format")
+        regex = self.conv.formats.get(fmt, APPROXIMATE_FORMATS.get(fmt)) if isinstance(fmt, str) else None
+        if regex is None:
             return True
+        expr = self.pattern_expr(regex, ptr, anchored=True)
+        return expr is None or self._matches(expr, text)
+
+    def _matches(self, expr: Expr, text: str) -> bool:
         dfa = self.expr_dfa(expr)
         if dfa is not None:
             return dfa.matches(text)

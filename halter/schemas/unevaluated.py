@@ -178,8 +178,10 @@ class _Rewriter:
             if all(ev == NOTHING for _, ev in dc):
                 out.append([([{"dependentSchemas": {key: self.part(dep, base)}}], NOTHING)])
             else:
+                # only objects holding the key take dep (and its annotations): an array passes
+                # `required` but must not have dep's items counted as evaluated
                 out.append([([{"properties": {key: False}}], NOTHING),
-                            *_product([([{"required": [key]}], NOTHING)], dc)])
+                            *_product([([{"type": "object", "required": [key]}], NOTHING)], dc)])
         return out
 
     def sub(self, s: Any, base: str, depth: int, whole: Any = None) -> list[Case]:
