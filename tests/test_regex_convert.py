@@ -66,6 +66,9 @@ def test_dot_excludes_line_terminators():
     (r"\bword", "word boundaries"),
     (r"\p{Script=Greek}", "Unicode property"),
     (r"(?i)abc", "inline flags"),
+    ("(?:^)?a", "only an anchor"),                  # valid ECMAScript, not "nothing to repeat"
+    (r"\ud83d\u{de00}", "lone surrogate"),
+    pytest.param("(?:" * 300 + "a" + ")" * 300, "nested more than", id="deep-nesting"),  # no RecursionError
 ])
 def test_unsupported_constructs_raise(pattern, message):
     with pytest.raises(UnsupportedRegexError, match=message) as err:
@@ -76,6 +79,9 @@ def test_unsupported_constructs_raise(pattern, message):
 @pytest.mark.parametrize("pattern,message", [
     ("(ab", "missing '\\)'"), ("ab)", "unbalanced"), ("[z-a]", "out of order"), ("a**", "nothing to repeat"),
     ("*a", "nothing to repeat"), ("a{3,2}", "out of order"), ("\\", "backslash"), ("[ab", "unterminated"),
+    # \u{...} takes hex digits only (Python's int() would also read "-1", "0x41", "4_1", " 41")
+    (r"\u{-1}", "bad"), (r"[\u{-1}]", "bad"), (r"\u{0x41}", "bad"), (r"\u{4_1}", "bad"), (r"\u{ 41}", "bad"),
+    ("\\\u00b2", "unknown escape"),               # a superscript two is no backreference
 ])
 def test_malformed_regex_raises_with_position(pattern, message):
     with pytest.raises(RegexError, match=message) as err:
@@ -128,3 +134,12 @@ def test_a_regex_whose_automaton_explodes_is_built_with_a_rule_per_group():
     for _ in range(300):
         text = "".join(rng.choice("ab") for _ in range(rng.randint(14, 24)))
         assert g.matches(text) == (re.fullmatch(pattern, text) is not None), text
+
+
+def test_quantifier_counts_are_ascii_digits():
+    # str.isdigit() takes "²" and Arabic-Indic digits; as counts they made int() fail or matched
+    # "a{١}" as "a"
+    g = Grammar.from_regex("a{\u0661}")
+    assert g.matches("a{\u0661}") and not g.matches("a")
+    assert Grammar.from_regex("a{\u00b2}").matches("a{\u00b2}")
+    assert Grammar.from_regex("a{1,2}").matches("aa")

@@ -52,15 +52,17 @@ def _min_lengths(rules: dict[str, Expr]) -> dict[str, float]:
 
 
 def _pick_char(ranges: list[tuple[int, int]], rng: random.Random) -> str:
+    # no surrogates unless the class holds nothing else (they cannot be encoded as UTF-8)
+    clipped = [r for lo, hi in ranges for r in ((lo, min(hi, 0xD7FF)), (max(lo, 0xE000), hi)) if r[0] <= r[1]]
+    if not clipped:
+        return chr(rng.randint(*rng.choice(ranges)))
+    ranges = clipped
     # prefer printable ASCII when the class allows it, so samples stay readable
     ascii_ranges = [(max(lo, 0x20), min(hi, 0x7E)) for lo, hi in ranges if lo <= 0x7E and hi >= 0x20]
     pool = ascii_ranges if ascii_ranges and rng.random() < 0.8 else ranges
     weights = [hi - lo + 1 for lo, hi in pool]
     lo, hi = rng.choices(pool, weights=weights)[0]
-    cp = rng.randint(lo, hi)
-    while 0xD800 <= cp <= 0xDFFF:
-        cp = rng.randint(lo, hi)
-    return chr(cp)
+    return chr(rng.randint(lo, hi))
 
 
 def random_text(rules: dict[str, Expr], root: str, rng: random.Random, max_depth: int = 12,

@@ -59,11 +59,22 @@ def any_char_except_newline() -> CharClass:
     return CharClass(complement(LINE_TERMINATORS))
 
 
+MAX_GROUP_DEPTH = 100
+"""Groups nested deeper than this are refused (the parser recurses once per group)."""
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _is_number(text: str) -> bool:
+    """ASCII decimal digits only (``str.isdigit`` also takes "²" and Arabic-Indic digits)."""
+    return bool(text) and text.isascii() and text.isdigit()
+
+
 class _Parser:
     def __init__(self, pattern: str, pointer: str) -> None:
         self.p = pattern
         self.i = 0
         self.pointer = pointer
+        self.depth = 0      # groups open around the current position
 
     def error(self, message: str, unsupported: bool = False, at: int | None = None) -> RegexError:
         cls = UnsupportedRegexError if unsupported else RegexError
@@ -89,8 +100,9 @@ class _Parser:
     def sequence(self) -> Expr:
         items: list = []
         while self.i < len(self.p) and self.peek() not in "|)":
+            at = self.i
             atom = self.atom()
-            items.append(self.quantified(atom))
+            items.append(self.quantified(atom, from_group=self.p[at] == "("))
         # merge adjacent single characters into literals
         out: list = []
         for it in items:
@@ -102,7 +114,7 @@ class _Parser:
             return Literal("")
         return out[0] if len(out) == 1 else Seq(tuple(out))
 
-    def quantified(self, atom):
+    def quantified(self, atom, from_group: bool = False):
         c = self.peek()
         start = self.i
         if c == "*":
@@ -122,6 +134,9 @@ class _Parser:
         else:
             return atom
         if isinstance(atom, Anchor):
+            if from_group:      # (?:^)? is valid ECMAScript; a repeated assertion has no place here
+                raise self.error("a repeated group holding only an anchor is not supported",
+                                 unsupported=True, at=start)
             raise self.error("nothing to repeat", at=start)
         if self.peek() == "?":      # lazy: same language
             self.i += 1
@@ -137,7 +152,7 @@ class _Parser:
             return None
         body = self.p[j:k]
         parts = body.split(",")
-        if len(parts) > 2 or not parts[0].isdigit() or (len(parts) == 2 and parts[1] and not parts[1].isdigit()):
+        if len(parts) > 2 or not _is_number(parts[0]) or (len(parts) == 2 and parts[1] and not _is_number(parts[1])):
             return None
         lo = int(parts[0])
         hi: int | None = lo if len(parts) == 1 else (int(parts[1]) if parts[1] else None)
@@ -182,6 +197,8 @@ class _Parser:
     def group(self):
         start = self.i
         self.i += 1
+        if self.depth >= MAX_GROUP_DEPTH:
+            raise self.error(f"groups nested more than {MAX_GROUP_DEPTH} deep", unsupported=True, at=start)
         if self.peek() == "?":
             nxt = self.peek(1)
             if nxt == ":":
@@ -196,7 +213,11 @@ class _Parser:
                 self.i = end + 1
             else:
                 raise self.error("unsupported group syntax (inline flags?)", unsupported=True)
-        inner = self.alternation()
+        self.depth += 1
+        try:
+            inner = self.alternation()
+        finally:
+            self.depth -= 1
         if self.peek() != ")":
             raise self.error("missing ')'", at=start)
         self.i += 1
@@ -213,10 +234,10 @@ class _Parser:
             ranges, neg = _CLASS_ESCAPES[c]
             return CharClass(complement(ranges) if neg else ranges)
         if c in _SIMPLE_ESCAPES:
-            if c == "0" and self.peek().isdigit():
+            if c == "0" and _is_number(self.peek()):
                 raise self.error("octal escapes are not supported", unsupported=True, at=start)
             return Literal(chr(_SIMPLE_ESCAPES[c]))
-        if c.isdigit():
+        if _is_number(c):
             if in_class:
                 raise self.error("octal escapes are not supported", unsupported=True, at=start)
             raise self.error("backreferences cannot be expressed by a grammar", unsupported=True,
@@ -234,16 +255,18 @@ class _Parser:
                 if end < 0:
                     raise self.error("unterminated \\u{...}", at=start)
                 digits = self.p[self.i + 1:end]
-                try:
-                    cp = int(digits, 16)
-                except ValueError:
-                    raise self.error("bad \\u{...} escape", at=start) from None
+                if not digits or any(d not in _HEX for d in digits):
+                    raise self.error("bad \\u{...} escape", at=start)
+                cp = int(digits, 16)
                 if cp > MAX_CODE_POINT:
                     raise self.error("code point out of range", at=start)
+                if 0xD800 <= cp <= 0xDFFF and not in_class:      # (range ends in a class are fine)
+                    raise self.error("lone surrogate escapes are not supported", unsupported=True,
+                                     at=start)
                 self.i = end + 1
                 return Literal(chr(cp))
             cp = self.hex_digits(4, start)
-            if 0xD800 <= cp <= 0xDBFF and self.p[self.i:self.i + 2] == "\\u":
+            if 0xD800 <= cp <= 0xDBFF and self.p[self.i:self.i + 2] == "\\u" and self.peek(2) != "{":
                 save = self.i
                 self.i += 2
                 low = self.hex_digits(4, save)
@@ -288,7 +311,7 @@ class _Parser:
 
     def hex_digits(self, n: int, start: int) -> int:
         digits = self.p[self.i:self.i + n]
-        if len(digits) != n or any(d not in "0123456789abcdefABCDEF" for d in digits):
+        if len(digits) != n or any(d not in _HEX for d in digits):
             raise self.error(f"expected {n} hex digits", at=start)
         self.i += n
         return int(digits, 16)
