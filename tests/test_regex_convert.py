@@ -1,6 +1,7 @@
 """Regex -> GBNF: the grammar matches exactly what ECMAScript/Python full-matching accepts."""
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -143,3 +144,18 @@ def test_quantifier_counts_are_ascii_digits():
     assert g.matches("a{\u0661}") and not g.matches("a")
     assert Grammar.from_regex("a{\u00b2}").matches("a{\u00b2}")
     assert Grammar.from_regex("a{1,2}").matches("aa")
+
+
+@pytest.mark.parametrize("pattern,alphabet", [
+    ("a.{0,12}b", "abx"),               # unanchored: ".*a.{0,12}b" needs 2^13 DFA states
+    ("(a|b)*a(a|b){15}", "ab"),         # a schema's pattern retried with rules (RuleTooComplex)
+], ids=["unanchored-window", "nested-repeats"])
+def test_schema_patterns_too_large_for_one_automaton_are_spelled_with_rules(pattern, alphabet):
+    g = Grammar.from_json_schema({"type": "string", "pattern": pattern}, strict=True)
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))) for _ in range(300)]
+    texts += ["a" + "x" * 12 + "b", "a" + "x" * 13 + "b", "xxab", "ba"]
+    for text in texts:
+        expected = re.search(pattern, text) is not None
+        assert g.matches(json.dumps(text)) == expected, text
+    assert any(re.search(pattern, t) for t in texts) and not all(re.search(pattern, t) for t in texts)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 from halter.errors import GrammarError, SchemaError
 from halter.grammar.ast import Expr, RuleSet, format_grammar, has_token_refs
-from halter.grammar.automaton import NeverMatches, RuleAutomata, build_automata
+from halter.grammar.automaton import NeverMatches, RuleAutomata, RuleTooComplex, build_automata
 from halter.grammar.gbnf_parser import check_references, parse_gbnf
 from halter.grammar.matcher import GrammarMatcher
 from halter.grammar.parser_state import StateSpace
@@ -84,15 +84,20 @@ class Grammar:
                 warnings.warn(message, category, stacklevel=2)
             check = UniqueItemsCheck(copy.deepcopy(loaded), _draft_of(loaded)) if checked else None
             return cls(rules, "root", _automata=automata, _check=check)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            rules, check = schema_to_grammar_parts(schema, **options)
+        for split in (False, True):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                rules, check = schema_to_grammar_parts(schema, split_patterns=split, **options)
+            try:
+                grammar = cls(rules, "root", _check=check)
+                break
+            except NeverMatches:        # e.g. a required property whose schema is the object itself
+                raise SchemaError("the schema accepts no value at all (no finite JSON text fits it)", "#") from None
+            except RuleTooComplex:      # a pattern's automaton: spell the patterns with rules
+                if split:
+                    raise
         for w in caught:
             warnings.warn(w.message, w.category, stacklevel=2)
-        try:
-            grammar = cls(rules, "root", _check=check)
-        except NeverMatches:        # e.g. a required property whose schema is the object itself
-            raise SchemaError("the schema accepts no value at all (no finite JSON text fits it)", "#") from None
         if key is not None:
             _store_cached(key, "root", grammar, ([(str(w.message), w.category) for w in caught], check is not None),
                           force=True)
@@ -105,7 +110,6 @@ class Grammar:
         A pattern whose single automaton grows too large (nested repeats) is built again with
         a rule per repeated group (``regex_to_gbnf(split_groups=True)``).
         """
-        from halter.grammar.automaton import RuleTooComplex
         from halter.schemas import regex_to_gbnf
         try:
             return cls.from_gbnf(regex_to_gbnf(pattern, **options))

@@ -85,6 +85,7 @@ class Converter:
         self.warnings: list[str] = []
         self._inlining: list[str] = []
         self._building: dict[str, str | None] = {}     # schemas being visited that inline: see visit
+        self.split_patterns = False     # spell every pattern with rules (pattern_rules.py)
         self.probing = 0
         self.max_alternatives = MAX_ALTERNATIVES
         cls = validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)

@@ -77,11 +77,14 @@ def schema_to_rules(schema: dict | str | bool, **options: Any) -> dict[str, Expr
     return Converter(schema, **options).convert()
 
 
-def schema_to_grammar_parts(schema: dict | str | bool, **options: Any) -> tuple[dict[str, Expr], Any]:
+def schema_to_grammar_parts(schema: dict | str | bool, *, split_patterns: bool = False,
+                            **options: Any) -> tuple[dict[str, Expr], Any]:
     """The rules, and the ``UniqueItemsCheck`` to run beside them (None when none is needed).
 
     With the check, ``uniqueItems`` over open item sets is enforced (so strict mode accepts it)
     wherever ``check_is_exact`` shows the check always knows which arrays need it.
+    ``split_patterns`` spells every ``pattern`` with rules of its own (pattern_rules.py), for a
+    grammar whose automata grew too large otherwise.
     """
     from halter.schemas.instance_schemas import has_true_keyword
     from halter.schemas.unique_check import UniqueItemsCheck, check_is_exact
@@ -91,6 +94,7 @@ def schema_to_grammar_parts(schema: dict | str | bool, **options: Any) -> tuple[
     if has_true_keyword(schema, "uniqueItems"):
         mode = "exact" if check_is_exact(schema, _draft_of(schema)) else "partial"
     conv = Converter(schema, unique_checked=mode, **options)
+    conv.split_patterns = split_patterns
     rules = conv.convert()
     return rules, (UniqueItemsCheck(conv.schema, conv.draft) if conv.needs_unique_check else None)
 

@@ -18,6 +18,7 @@ from halter.schemas.char_automaton import (AutomatonTooLarge, Dfa, from_expr, le
 from halter.schemas.formats import APPROXIMATE_FORMATS, UNCHECKED_FORMATS
 from halter.schemas.json_text import JsonText, cat
 from halter.schemas.objects import key_complement
+from halter.schemas.pattern_rules import spelled_with_rules
 from halter.schemas.regex import RegexError, UnsupportedRegexError, regex_to_expr
 
 if TYPE_CHECKING:
@@ -150,6 +151,16 @@ class StringBuilder:
             return dfa.matches(text)
         return re.fullmatch(to_python_regex(expr), text, re.S) is not None
 
+    def _too_large(self, expr: Expr) -> bool:
+        """Whether a pattern must be spelled with rules (pattern_rules.py): the converter was
+        asked to (its grammar failed with ``RuleTooComplex``), or the pattern is unanchored and
+        its own DFA is past the automaton limit (``.*a.{0,12}b``)."""
+        if self.conv.split_patterns:
+            return True
+        filler = Repeat(ANY_CHAR, 0, None)
+        options = expr.options if isinstance(expr, Alt) else (expr,)
+        return any(isinstance(o, Seq) and o.items[0] == filler for o in options) and self.expr_dfa(expr) is None
+
     def build(self, s: dict, ptr: str) -> Expr | None:
         js = self.js
         lo = int(s.get("minLength", 0))
@@ -201,6 +212,8 @@ class StringBuilder:
                                       f"a length bound together with {kw}: the automaton is too large")
             else:
                 expr = fitted
+        if kw == "pattern" and self._too_large(expr):
+            return cat(Literal('"'), spelled_with_rules(js, expr, ANY_CHAR, self.conv.hint(ptr)), Literal('"'))
         body = js.encode_expr(expr)
         if kw == "format" and isinstance(fmt, str):
             # one shared rule per format, closing quote included: the rule can then only end right
