@@ -159,3 +159,10 @@ def test_schema_patterns_too_large_for_one_automaton_are_spelled_with_rules(patt
         expected = re.search(pattern, text) is not None
         assert g.matches(json.dumps(text)) == expected, text
     assert any(re.search(pattern, t) for t in texts) and not all(re.search(pattern, t) for t in texts)
+
+
+def test_a_regex_matching_nothing_says_so():
+    with pytest.raises(GrammarError, match="the regex 'a\\[\\]b' matches no string"):
+        Grammar.from_regex("a[]b")
+    with pytest.raises(SchemaError, match="accepts no value"):
+        Grammar.from_json_schema({"type": "string", "pattern": "[]"})

@@ -36,7 +36,7 @@ class Grammar:
             except GrammarError as err:
                 if err.line is None or _text is None:
                     raise
-                raise GrammarError(err.message, err.line, err.column, _text) from None
+                raise type(err)(err.message, err.line, err.column, _text) from None   # (keeps NeverMatches...)
         self._automata: RuleAutomata = _automata
         self._space = StateSpace(self._automata)
         self._has_token_refs = any(has_token_refs(self.rules[n]) for n in self._automata.rule_names
@@ -112,11 +112,14 @@ class Grammar:
         """
         from halter.schemas import regex_to_gbnf
         try:
-            return cls.from_gbnf(regex_to_gbnf(pattern, **options))
-        except RuleTooComplex:
-            if options.get("split_groups"):
-                raise
-        return cls.from_gbnf(regex_to_gbnf(pattern, **{**options, "split_groups": True}))
+            try:
+                return cls.from_gbnf(regex_to_gbnf(pattern, **options))
+            except RuleTooComplex:
+                if options.get("split_groups"):
+                    raise
+            return cls.from_gbnf(regex_to_gbnf(pattern, **{**options, "split_groups": True}))
+        except NeverMatches:
+            raise NeverMatches(f"the regex {pattern!r} matches no string") from None
 
     @classmethod
     def from_pydantic(cls, model: type, **options: Any) -> "Grammar":
