@@ -5,8 +5,9 @@ contains, enum/const, allOf/anyOf/oneOf/not, if/then/else, dependentSchemas, $re
 recursion, unevaluated*) and every instance of a small universe (objects over keys a/b/c, arrays of
 length <= 3, a few scalars and number spellings) is checked. A strict grammar must give the
 validator's verdict on every instance; a lenient one may accept more (its warnings say what it
-dropped) but must never refuse a valid instance. Each build runs under a time limit. The
-disagreements found in the first runs are tests/test_schema_composition.py.
+dropped) but must never refuse a valid instance (halter asserts ``format``, so the validator does
+too). Each build runs under a time limit. The disagreements found in the first runs are
+tests/test_schema_composition.py.
 
 Valid numbers in exponent notation that a grammar refuses are counted apart, as the documented
 spelling departure they are (integers, bounded numbers and ``multipleOf`` take decimal notation
@@ -53,7 +54,8 @@ def leaf(rng: random.Random) -> object:
         {"multipleOf": 0.5}, {"minLength": 1}, {"maxLength": 1}, {"pattern": "^a"}, {"pattern": "0"},
         {"required": ["a"]}, {"minProperties": 2}, {"maxProperties": 1}, {"minItems": 2}, {"maxItems": 1},
         {"additionalProperties": False}, {"propertyNames": {"pattern": "^[ab]"}}, {"uniqueItems": True},
-        {"dependentRequired": {"a": ["b"]}},
+        {"dependentRequired": {"a": ["b"]}}, {"not": {"type": "integer"}}, {"contains": False, "minContains": 0},
+        {"minProperties": 1, "maxProperties": 0}, {"format": "date", "enum": ["x", "2020-01-01"]},
     ])
 
 
@@ -73,7 +75,8 @@ def schema(rng: random.Random, depth: int) -> object:
                 **({"additionalProperties": sub()} if rng.random() < 0.5 else {})}
     if kind == 1:
         return {"patternProperties": {rng.choice(["^a", "b", "^[bc]$"]): sub()},
-                **({"additionalProperties": sub()} if rng.random() < 0.5 else {})}
+                **({"additionalProperties": sub()} if rng.random() < 0.5 else {}),
+                **({"allOf": [sub()]} if rng.random() < 0.5 else {})}
     if kind == 2:
         return {"items": sub(), **({"prefixItems": [sub()]} if rng.random() < 0.5 else {})}
     if kind == 3:
@@ -111,37 +114,31 @@ def departure(text: str, valid: bool, verdict: bool) -> bool:
     return valid and not verdict and "e" in text.lower() and isinstance(json.loads(text), (int, float))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--schemas", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--depth", type=int, default=3)
-    ap.add_argument("--time-limit", type=int, default=20)
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args()
-    os.environ["HALTER_CACHE_DIR"] = tempfile.mkdtemp(prefix="halter-fuzz-")
+def run(n_schemas: int, seed: int, depth: int = 3, time_limit: int = 20,
+        verbose: bool = False) -> tuple[dict[str, int], list[str]]:
+    """Counts, and one line per disagreement or error, for ``n_schemas`` random schemas."""
     from halter.errors import SchemaError
     from halter.grammar import Grammar
 
     texts = universe()
-    rng = random.Random(args.seed)
+    rng = random.Random(seed)
     signal.signal(signal.SIGALRM, _alarm)
     counts = {"schemas": 0, "no reference verdict": 0, "built": 0, "checks": 0, "refused": 0, "disagreements": 0,
               "exponent spellings refused": 0, "errors": 0}
     found: list[str] = []
-    for _ in range(args.schemas):
-        s = schema(rng, args.depth)
+    for _ in range(n_schemas):
+        s = schema(rng, depth)
         if "#/$defs/d" in json.dumps(s):
             s = {**s, "$defs": {"d": schema(rng, 1)}} if isinstance(s, dict) else s
         counts["schemas"] += 1
-        validator = jsonschema.Draft202012Validator(s)
+        validator = jsonschema.Draft202012Validator(s, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
         try:
             verdicts = {t: validator.is_valid(json.loads(t)) for t in texts}
         except (RecursionError, jsonschema.exceptions._WrappedReferencingError):
             counts["no reference verdict"] += 1     # a $ref loop the validator cannot follow either
             continue
         for strict in (True, False):
-            signal.alarm(args.time_limit)
+            signal.alarm(time_limit)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -165,8 +162,21 @@ def main() -> None:
                 elif wrong:
                     counts["disagreements"] += 1
                     found.append(f"strict={strict} halter={got[t]} valid={valid} {t} under {json.dumps(s)}")
-        if args.verbose:
+        if verbose:
             print(counts, flush=True)
+    return counts, found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--schemas", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--time-limit", type=int, default=20)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    os.environ["HALTER_CACHE_DIR"] = tempfile.mkdtemp(prefix="halter-fuzz-")
+    counts, found = run(args.schemas, args.seed, args.depth, args.time_limit, args.verbose)
     print(json.dumps(counts))
     for line in found[:20]:
         print(line)

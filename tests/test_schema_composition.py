@@ -68,6 +68,12 @@ CASES = [
     ({"minimum": 0}, ['5e-05', '0e0', '-0', '-0.000', '-1e-5', '0.5']),
     # enum/const values must also pass every pattern and the format
     ({"allOf": [{"pattern": "a"}, {"pattern": "0"}], "enum": ["a", "a0", 5]}, ['"a"', '"a0"', '5']),
+    # a required key matching two patterns takes both, even when one's schema is additionalProperties'
+    ({"patternProperties": {"^a": False, "b": {}}, "additionalProperties": False, "dependentRequired": {"ab": []}},
+     ['{"ab": 1}', '{}']),
+    # multipleOf says nothing of non-numbers, also when two divisors are kept apart
+    ({"allOf": [{"multipleOf": 3}, {"multipleOf": 0.5}], "enum": ["s", 3, 4, 1.5, None]},
+     ['"s"', '3', '4', '1.5', 'null']),
     # counts that no object meets
     ({"minProperties": 1, "maxProperties": 0}, ['{}', '{"a": 1}', '[]']),
     ({"minProperties": 2, "maxProperties": 1}, ['{"a": 1, "b": 2}', '{"a": 1}', '1']),
@@ -131,3 +137,27 @@ def test_property_names_it_cannot_split_by_are_not_dropped_silently():
 def test_schemas_without_a_finite_instance_are_schema_errors(schema):
     with pytest.raises(SchemaError, match="accepts no value"):
         Grammar.from_json_schema(schema)
+
+
+def test_random_compositions_agree_with_the_validator():
+    # a small run of bench/schema_fuzz.py (the bench runs thousands of schemas)
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "bench" / "schema_fuzz.py"
+    spec = importlib.util.spec_from_file_location("schema_fuzz", path)
+    fuzz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fuzz)
+    counts, found = fuzz.run(40, seed=11)       # (fails on the code before 0407e81)
+    assert counts["built"] > 40 and counts["checks"] > 10_000
+    assert found == [], found[:3]
+
+
+def test_a_schema_object_shared_between_keywords_is_read_like_its_json_copy():
+    # the same dict as additionalProperties and as a pattern's schema: matched by identity, the
+    # second pattern's schema replaced the first instead of joining it
+    shared = {"type": "integer"}
+    schema = {"patternProperties": {"b": shared, "a": {"minimum": 5}}, "additionalProperties": shared,
+              "required": ["ab"]}
+    for s in (schema, json.loads(json.dumps(schema))):
+        g = Grammar.from_json_schema(s, strict=True)
+        assert [g.matches(t) for t in ('{"ab": "s"}', '{"ab": 7}', '{"ab": 3}')] == [False, True, False]

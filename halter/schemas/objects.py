@@ -281,11 +281,12 @@ def object_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | No
         # such keys without a property schema: they take the extra-key rule
         for r in needed:
             if r not in props_schema and (prop_names is None or conv.valid(prop_names, r)):
-                sub = additional
+                sub, matched = additional, False
                 for pat, psub in pattern_props.items():
                     if search(pat, r):
-                        sub = psub if sub is additional else merging._both(sub, psub)
-                if sub is not additional:
+                        sub = merging._both(sub, psub) if matched else psub
+                        matched = True
+                if matched:
                     for side in sides:
                         sub = merging._both(sub, merging.side_rule(side, r, search))
                 props[r] = conv.visit(sub, f"{ptr}/required", base)

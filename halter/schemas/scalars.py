@@ -35,8 +35,8 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
     if s.get("x-halter-fraction"):
         values = [v for v in values if not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                             and float(v).is_integer())]
-    for d in s.get("x-halter-multiples", ()):
-        values = [v for v in values if _is_multiple(v, d)]
+    for d in s.get("x-halter-multiples", ()):        # (multipleOf says nothing of non-numbers)
+        values = [v for v in values if not _is_number(v) or _is_multiple(v, d)]
     for d in s.get("x-halter-not-multiples", ()):
         values = [v for v in values if not _is_multiple(v, d)]
     # strings: patterns (ECMAScript, all of them) and formats as the string builder reads them
@@ -53,6 +53,10 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
             kept.append(v)
     opts = [literal(conv, v, ptr) for v in kept]
     return conv.rules.add(conv.hint(ptr), alt(*opts)) if opts else None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _is_multiple(v: Any, d: Any) -> bool:
