@@ -161,3 +161,23 @@ def test_a_schema_object_shared_between_keywords_is_read_like_its_json_copy():
     for s in (schema, json.loads(json.dumps(schema))):
         g = Grammar.from_json_schema(s, strict=True)
         assert [g.matches(t) for t in ('{"ab": "s"}', '{"ab": 7}', '{"ab": 3}')] == [False, True, False]
+
+
+def test_formats_inside_a_negation_filter_enum_values_as_the_grammar_reads_them():
+    # the validator that filters enum values read "format" as an annotation, so not: {format: date}
+    # failed every value and "x" was dropped
+    for schema, texts in [({"const": "x", "not": {"format": "date"}}, {'"x"': True}),
+                          ({"enum": ["x", "2020-01-01"], "if": {"format": "date"}, "then": False},
+                           {'"x"': True, '"2020-01-01"': False})]:
+        g = Grammar.from_json_schema(schema)
+        assert {t: g.matches(t) for t in texts} == texts, schema
+
+
+def test_a_recursion_that_never_repeats_is_refused_not_run_for_ever(monkeypatch):
+    from halter.schemas import converter
+    monkeypatch.setattr(converter, "MAX_VISITS", 2_000)     # the real-world schemas need < 1,400
+    schema = {"unevaluatedItems": {}, "anyOf": [
+        {"dependentSchemas": {"a": {"properties": {"c": {"properties": {"c": {"$ref": "#"}}}}}}},
+        {"properties": {"c": {"$ref": "#"}}}]}
+    with pytest.raises(UnsupportedSchemaError, match="expands to more than 2000 subschemas"):
+        Grammar.from_json_schema(schema)

@@ -22,7 +22,7 @@ from halter.grammar.ast import Expr, Literal, RuleRef, alt
 from halter.schemas import logic, one_of, unevaluated
 from halter.schemas import merge as merging
 from halter.schemas.arrays import array_grammar
-from halter.schemas.formats import FORMATS
+from halter.schemas.formats import APPROXIMATE_FORMATS, FORMATS
 from halter.schemas.formats_pydantic import PYDANTIC_FORMATS
 from halter.schemas.json_content import EmbeddedJson, is_embedded_json
 from halter.schemas.json_text import NEVER, JsonText
@@ -36,6 +36,9 @@ TARGETS = ("json-schema", "pydantic")
 """Whose idea of a valid instance the grammar follows (``json_schema_to_gbnf(target=...)``)."""
 MAX_ALTERNATIVES = 64
 MAX_DEPTH = 40
+MAX_VISITS = 10_000
+"""Subschema visits in one conversion (the real-world and test-suite schemas need at most ~1,400);
+past this the schema is refused, in either mode."""
 _DRAFTS = {"draft-04": "draft4", "draft-06": "draft6", "draft-07": "draft7", "2019-09": "draft2019",
            "2020-12": "draft2020"}
 _CONSTRAINT_FREE = merging.ANNOTATIONS | {"$ref"}
@@ -85,11 +88,21 @@ class Converter:
         self.warnings: list[str] = []
         self._inlining: list[str] = []
         self._building: dict[str, str | None] = {}     # schemas being visited that inline: see visit
+        self._visits = 0
         self.split_patterns = False     # spell every pattern with rules (pattern_rules.py)
         self.probing = 0
         self.max_alternatives = MAX_ALTERNATIVES
         cls = validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)
-        self.validator = cls(self.schema)
+        self.validator = cls(self.schema, format_checker=self._format_checker())
+
+    def _format_checker(self) -> jsonschema.FormatChecker:
+        """Formats as the grammar reads them, for the validator that filters enum values and
+        property names (``not: {format: date}`` must keep "x")."""
+        checker = jsonschema.FormatChecker(formats=())
+        for name in [*self.formats, *APPROXIMATE_FORMATS]:
+            checker.checks(name)(lambda v, name=name: not isinstance(v, str) or
+                                 self.strings.fits({"format": name}, v, ""))
+        return checker
 
     # ------------------------------------------------------------------------------------------
     def unsupported(self, keyword: str, pointer: str, why: str) -> None:
@@ -125,6 +138,12 @@ class Converter:
         rule that refers to itself (only then, so other grammars keep their shape)."""
         if schema is True or (isinstance(schema, dict) and not set(schema) - merging.ANNOTATIONS):
             return self.js.value()
+        self._visits += 1
+        if self._visits > MAX_VISITS:
+            # a recursion whose schemas never repeat exactly (rewritten anew at each level) grows
+            # without end: stop with an error rather than run for ever
+            raise UnsupportedSchemaError(f"the schema expands to more than {MAX_VISITS} subschemas "
+                                         "(a recursion through rewritten keywords?)", "#" + ptr, "$ref")
         key = self._reentry_key(schema, base)
         if key is None:
             return self._visit(schema, ptr, base)
