@@ -79,6 +79,34 @@ CASES = [
     ({"minProperties": 2, "maxProperties": 1}, ['{"a": 1, "b": 2}', '{"a": 1}', '1']),
 ]
 
+NESTED = ['{}', '{"c": 1}', '{"c": {"c": 1}}', '{"c": {"c": {"c": 1}}}', '{"c": {"c": {"c": {}}}}',
+          '{"a": 1, "c": {"c": {"a": 1}}}', '{"a": 1, "c": 1}', '{"c": {"a": 1, "c": {}}}', '[]']
+RECURSIONS = [
+    # allOf of two recursive members: each level asks "#" and "c: #" again; merged as a growing
+    # nest of allOf (allOf[allOf[#, c: #], #] ...) this never finished
+    {"allOf": [{"properties": {"c": {"$ref": "#"}}, "maxProperties": 1},
+               {"properties": {"c": {"properties": {"c": {"$ref": "#"}}}}}]},
+    {"properties": {"c": {"$ref": "#"}}, "allOf": [{"properties": {"c": {"properties": {"c": {"$ref": "#", "minProperties": 1}}}}}]},
+    # the same schemas met again through their references were built again at every level
+    # (exponential in the nesting; refused after 10,000 visits)
+    {"unevaluatedItems": {}, "anyOf": [
+        {"dependentSchemas": {"a": {"properties": {"c": {"properties": {"c": {"$ref": "#"}}}}}}},
+        {"properties": {"c": {"$ref": "#"}}}], "maxProperties": 1},
+    {"allOf": [{"properties": {"c": {"$ref": "#", "maxProperties": 1}}},
+               {"dependentSchemas": {"a": {"properties": {"c": {"properties": {"c": {"$ref": "#", "type": "object"}}}}}}}]},
+]
+
+
+@pytest.mark.parametrize("schema", RECURSIONS, ids=lambda s: json.dumps(s)[:70])
+def test_recursions_through_merged_schemas_close(schema, monkeypatch):
+    from halter.schemas import converter
+    monkeypatch.setattr(converter, "MAX_VISITS", 100)     # each needs < 40 subschema visits
+    validator = jsonschema.Draft202012Validator(schema)
+    g = Grammar.from_json_schema(schema, strict=True)
+    verdicts = {text: validator.is_valid(json.loads(text)) for text in NESTED}
+    assert any(verdicts.values()) and not all(verdicts.values())
+    assert {t: g.matches(t) for t in NESTED} == verdicts
+
 
 @pytest.mark.parametrize("schema,texts", CASES, ids=lambda x: json.dumps(x)[:70] if isinstance(x, dict) else "")
 def test_strict_grammar_gives_the_validators_verdict(schema, texts):
@@ -173,11 +201,10 @@ def test_formats_inside_a_negation_filter_enum_values_as_the_grammar_reads_them(
         assert {t: g.matches(t) for t in texts} == texts, schema
 
 
-def test_a_recursion_that_never_repeats_is_refused_not_run_for_ever(monkeypatch):
+def test_a_schema_past_the_visit_limit_is_refused_in_either_mode(monkeypatch):
     from halter.schemas import converter
-    monkeypatch.setattr(converter, "MAX_VISITS", 2_000)     # the real-world schemas need < 1,400
-    schema = {"unevaluatedItems": {}, "anyOf": [
-        {"dependentSchemas": {"a": {"properties": {"c": {"properties": {"c": {"$ref": "#"}}}}}}},
-        {"properties": {"c": {"$ref": "#"}}}]}
-    with pytest.raises(UnsupportedSchemaError, match="expands to more than 2000 subschemas"):
-        Grammar.from_json_schema(schema)
+    monkeypatch.setattr(converter, "MAX_VISITS", 20)        # a safety net: the suites need < 1,400
+    schema = {"properties": {k: {"anyOf": [{"type": "integer"}, {"minLength": i}]} for i, k in enumerate("abcdefghijklmnopqrstuvwxyz")}}
+    for strict in (True, False):
+        with pytest.raises(UnsupportedSchemaError, match="expands to more than 20 subschemas"):
+            Grammar.from_json_schema(schema, strict=strict)

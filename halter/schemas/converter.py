@@ -88,6 +88,7 @@ class Converter:
         self.warnings: list[str] = []
         self._inlining: list[str] = []
         self._building: dict[str, str | None] = {}     # schemas being visited that inline: see visit
+        self._built: dict[str, Expr | None] = {}       # and those visited, by the same key
         self._visits = 0
         self.split_patterns = False     # spell every pattern with rules (pattern_rules.py)
         self.probing = 0
@@ -138,13 +139,15 @@ class Converter:
         rule that refers to itself (only then, so other grammars keep their shape)."""
         if schema is True or (isinstance(schema, dict) and not set(schema) - merging.ANNOTATIONS):
             return self.js.value()
+        key = self._reentry_key(schema, base)
+        if key is not None and key in self._built and not self.probing:
+            return self._reuse(key, ptr)
         self._visits += 1
         if self._visits > MAX_VISITS:
             # a recursion whose schemas never repeat exactly (rewritten anew at each level) grows
             # without end: stop with an error rather than run for ever
             raise UnsupportedSchemaError(f"the schema expands to more than {MAX_VISITS} subschemas "
                                          "(a recursion through rewritten keywords?)", "#" + ptr, "$ref")
-        key = self._reentry_key(schema, base)
         if key is None:
             return self._visit(schema, ptr, base)
         if key in self._building:
@@ -156,10 +159,23 @@ class Converter:
             expr = self._visit(schema, ptr, base)
         finally:
             name = self._building.pop(key)
-        if name is None:
+        if name is not None:
+            self.rules.define(name, expr if expr is not None else NEVER)
+            expr = RuleRef(name) if expr is not None else None
+        if not self.probing:
+            self._built[key] = expr
+        return expr
+
+    def _reuse(self, key: str, ptr: str) -> Expr | None:
+        """The grammar of a schema built before (met again through its references, it would be
+        built again at every level: exponential in the nesting); a rule from its second use on."""
+        expr = self._built[key]
+        if expr is None or isinstance(expr, RuleRef):
             return expr
-        self.rules.define(name, expr if expr is not None else NEVER)
-        return RuleRef(name) if expr is not None else None
+        name = self.rules.reserve(self.hint(ptr))
+        self.rules.define(name, expr)
+        self._built[key] = RuleRef(name)
+        return self._built[key]
 
     def _reentry_key(self, schema: Any, base: str) -> str | None:
         if not isinstance(schema, dict) or not _INLINES.intersection(schema):

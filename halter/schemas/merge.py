@@ -49,7 +49,14 @@ def _both(x: Any, y: Any) -> Any:
         return False
     if x == y:
         return x
-    return {"allOf": [x, y]}
+    # one flat conjunction without repeats: a recursion that meets the same conjuncts again at
+    # every level ({"allOf": [{"properties": {"c": {"$ref": "#"}}}, ...]}) then writes the same
+    # schema again, which the converter recognises, instead of one that grows at each level
+    parts: dict[str, Any] = {}
+    for s in (x, y):
+        for p in (s["allOf"] if isinstance(s, dict) and set(s) == {"allOf"} and isinstance(s["allOf"], list) else [s]):
+            parts.setdefault(json.dumps(p, sort_keys=True, default=repr), p)
+    return next(iter(parts.values())) if len(parts) == 1 else {"allOf": list(parts.values())}
 
 
 def _canon(v: Any) -> str:
