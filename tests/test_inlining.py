@@ -62,3 +62,31 @@ def test_a_rule_that_explodes_once_its_callees_are_expanded_is_built_without_exp
     g = Grammar.from_gbnf('root ::= x* "a" ' + "x " * 15 + '\nx ::= "a" | "b"\n')
     assert g.matches("b" + "a" + "b" * 15) and g.matches("a" * 16)
     assert not g.matches("a" + "b" * 16)
+
+
+def test_wide_classes_are_not_copied_into_every_caller_past_the_budget():
+    # \p{L} is ~2,200 UTF-8 states; 40 nested copies per rule over ~60 rules made a 25 s build.
+    # Past the budget the class rule stays a rule (its callers call it); the language is the same.
+    from halter.schemas import schema_to_rules
+    schema = {"type": "string", "pattern": "\\p{L}{10}", "maxLength": 40}
+    rules = dict(schema_to_rules(schema))
+    builder = NfaBuilder(rules)
+    builder.plan_inlining("root")
+    wide = [n for n in rules if builder.size(rules[n]) < 20 and builder._size(rules[n], lambda r: 1, {}, True) > 1000]
+    assert wide and not set(wide) & builder.inline, wide
+    g = Grammar.from_json_schema(schema)
+    for text, ok in [('"Größenwahnsinn"', True), ('"12 Größenwahnsinn über"', True), ('"Größenwahn"', True),
+                     ('"Größenwah"', False), ('"ab cd ef gh ij kl"', False), ('"' + "ä" * 41 + '"', False),
+                     ('"' + "ä" * 40 + '"', True), ('"x1y2z3Straßenbahnen"', True)]:
+        assert g.matches(text) == ok, text
+
+
+def test_a_few_copies_of_a_wide_class_are_still_expanded():
+    # under the budget the class rules are expanded as before, so a string body stays inside
+    # its caller's automaton (cheap masks, as for plain JSON strings)
+    from halter.schemas import schema_to_rules
+    rules = dict(schema_to_rules({"type": "string", "pattern": "\\p{L}", "maxLength": 10}))
+    builder = NfaBuilder(rules)
+    builder.plan_inlining("root")
+    wide = [n for n in rules if builder.size(rules[n]) < 20 and builder._size(rules[n], lambda r: 1, {}, True) > 1000]
+    assert wide and set(wide) <= builder.inline, wide

@@ -6,6 +6,7 @@ their calls. ``automaton.py`` determinizes and minimizes the result.
 """
 from __future__ import annotations
 
+import functools
 import sys
 
 from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
@@ -17,11 +18,21 @@ MAX_INLINE_REPEAT_STATES = 4000  # bigger repetitions call an auxiliary rule ins
 INLINE_MAX_STATES = 400          # non-recursive rules this small are expanded where they are used
 INLINE_ONCE_MAX_STATES = 4000    # ... and bigger ones too when they are used only once
 INLINE_TINY_STATES = 24          # rules this small are expanded even when they call big leaf rules
+WIDE_CLASS_STATES = 64           # classes bigger than this (in UTF-8 states) are "wide": see below
+WIDE_COPIES_BUDGET = 400_000     # NFA states the expanded copies of wide classes may add in all
 SHARE_MIN_STATES = 16            # subexpressions this big are built once per (expression, end state)
 
 
 def _one(_name: str) -> int:
     return 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _class_states(ranges: tuple[tuple[int, int], ...]) -> int:
+    """NFA states and edges one copy of a character class makes: a first-byte edge per UTF-8
+    sequence and a state per distinct continuation tail (``[^"]`` 19, ``\\p{L}`` ~2,200)."""
+    seqs = [seq for lo, hi in ranges for seq in utf8_sequences_cached(lo, hi)]
+    return len(seqs) + len({seq[k:] for seq in seqs for k in range(1, len(seq))}) + 1
 
 
 class Nfa:
@@ -137,6 +148,43 @@ class NfaBuilder:
                     expanded.clear()
                     leaves_out.clear()
                     changed = True
+        self._limit_wide_copies()
+
+    def _limit_wide_copies(self) -> None:
+        """Stop expanding rules whose wide classes would be copied too often.
+
+        The plan above counts every class as 8 states (what the mask code's thresholds were tuned
+        with). A wide Unicode class (``\\p{L}``: ~2,200 states) expanded into every caller can
+        make the automata huge: a pattern like ``\\p{L}{10}`` under ``maxLength: 40`` is ~60 rules
+        with ~20 copies each (a 25 s build). While the expanded copies of wide classes add more
+        than WIDE_COPIES_BUDGET states, the expanded rule adding the most stops being expanded
+        (its callers call it; tokens then cross rule ends inside such strings, so first-time masks
+        there cost more: a trade taken only past the budget)."""
+        def sizes(wide: bool) -> dict[str, int]:
+            memo: dict[str, int] = {}
+
+            def of(n: str) -> int:
+                if n not in memo:
+                    memo[n] = 1 << 30
+                    memo[n] = self._size(self.rules[n], lambda r: of(r) if r in self.inline else 1, {}, wide)
+                return memo[n]
+            return {n: of(n) for n in self.rules}
+
+        while True:
+            flat, real = sizes(False), sizes(True)
+            extra = {n: real[n] - flat[n] for n in self.rules}
+            if sum(extra[n] for n in self.rules if n not in self.inline) <= WIDE_COPIES_BUDGET:
+                return
+            uses: dict[str, int] = {}
+            for n in self.rules:
+                if n not in self.inline:
+                    for r in rule_refs(self.rules[n]):
+                        uses[r.name] = uses.get(r.name, 0) + 1
+            worst = max((n for n in self.inline if extra[n] > 0), default=None,
+                        key=lambda n: (extra[n] * uses.get(n, 0), n))
+            if worst is None:
+                return
+            self.inline.discard(worst)
 
     def build_all(self, root: str, inline: bool = True) -> None:
         if inline:
@@ -168,7 +216,8 @@ class NfaBuilder:
             n = self._size(expr, _one, self._size_cache)
         return n
 
-    def _size(self, expr: Expr, ref_size, memo: dict) -> int:
+    def _size(self, expr: Expr, ref_size, memo: dict, wide: bool = False) -> int:
+        """``wide``: classes count what they make when that is over WIDE_CLASS_STATES (else 8)."""
         key = id(expr)
         n = memo.get(key)
         if n is None:
@@ -176,12 +225,16 @@ class NfaBuilder:
                 n = len(expr.text.encode()) + 1
             elif isinstance(expr, (CharClass, AnyChar)):
                 n = 8
+                if wide:
+                    ranges = ((0, MAX_CODE_POINT),) if isinstance(expr, AnyChar) else tuple(expr.code_point_ranges())
+                    real = _class_states(ranges)
+                    n = real if real > WIDE_CLASS_STATES else 8
             elif isinstance(expr, Seq):
-                n = sum(self._size(i, ref_size, memo) for i in expr.items)
+                n = sum(self._size(i, ref_size, memo, wide) for i in expr.items)
             elif isinstance(expr, Alt):
-                n = sum(self._size(i, ref_size, memo) for i in expr.options) + 2
+                n = sum(self._size(i, ref_size, memo, wide) for i in expr.options) + 2
             elif isinstance(expr, Repeat):
-                n = self._size(expr.expr, ref_size, memo) * max(expr.min, expr.max or 1, 1) + 2
+                n = self._size(expr.expr, ref_size, memo, wide) * max(expr.min, expr.max or 1, 1) + 2
             elif isinstance(expr, RuleRef):
                 n = ref_size(expr.name)
             else:
