@@ -357,3 +357,33 @@ def test_misuse_gets_clear_errors(synth):
     assert not m.accept_token(len(synth) + 5) and not m.is_allowed(-1)
     with pytest.raises(ValueError, match="roll back"):
         m.rollback(1)
+
+
+def test_wide_class_kept_as_a_rule_masks_match_brute_force_on_real_vocab(real_vocab):
+    """Past the inlining budget a wide class (``\\p{L}``) is a rule called at every letter, so a
+    token of several letters leaves and re-enters it at each one: masks still agree."""
+    import json
+    from halter.grammar.nfa import NfaBuilder
+    from halter.schemas import schema_to_rules
+    schema = {"type": "string", "pattern": "\\p{L}{10}", "maxLength": 40}
+    builder = NfaBuilder(dict(schema_to_rules(schema)))
+    builder.plan_inlining("root")
+    assert "str-chars-2" in builder.rules and "str-chars-2" not in builder.inline    # the case meant
+    cg = Grammar.from_json_schema(schema).compile(real_vocab)
+    tb = real_vocab.token_bytes
+    rng = np.random.default_rng(1)
+    wordy = np.array([i for i, b in enumerate(tb) if len(b) > 2 and b[:1].isalpha()], dtype=np.int64)
+    for text, ok in [("12 Größenwahnsinn 3", True), ("ab cd ef gh", False)]:
+        data, pos, m = json.dumps(text, ensure_ascii=False).encode(), 0, cg.matcher()
+        while pos < len(data):
+            mask = m.allowed_mask()
+            ids = np.unique(np.concatenate([rng.choice(wordy, 300, replace=False),
+                                            rng.integers(0, real_vocab.size, 200)]))
+            assert (mask[ids] == brute_force(cg, m, ids)).all(), data[:pos]
+            fits = [t for t in np.flatnonzero(mask) if data.startswith(tb[t], pos)]
+            if not fits:
+                break
+            best = max(fits, key=lambda t: len(tb[t]))
+            assert m.accept_token(int(best))
+            pos += len(tb[best])
+        assert (pos == len(data) and m.is_accepting()) == ok, text
