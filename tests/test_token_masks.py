@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from halter import Grammar, Vocabulary
+from halter.errors import GrammarError
 from halter.grammar.compiled import CompiledGrammar
 from tests.conftest import shared_path
 
@@ -108,6 +109,16 @@ def test_eog_allowed_exactly_when_grammar_may_end(synth):
     assert m.is_finished() and not m.accept_token(ord("c"))
     m.rollback(1)
     assert m.accept_token(ord("c")) and m.is_finished()
+
+
+def test_a_literal_holding_a_lone_surrogate_is_a_dead_branch(synth):
+    # no valid UTF-8 spells U+DC80 (the matcher refuses its CESU bytes), so "a" would be a dead
+    # end: the branch is dropped, as a class's surrogates are; raw surrogates in the text, too
+    for text in ['root ::= "a" "\\uDC80" | "b"', 'root ::= "a\udc80" | "b"', 'root ::= "a" [\\uDC80] | "b"']:
+        m = Grammar.from_gbnf(text).compile(synth, cache=False).matcher()
+        assert not m.is_allowed(ord("a")) and m.is_allowed(ord("b")), text
+    with pytest.raises(GrammarError, match="never match"):
+        Grammar.from_gbnf('root ::= "\\uD83D\\uDE00"')
 
 
 def test_special_tokens_never_come_from_text(synth):

@@ -114,7 +114,7 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
         if dfa_id is None:
             if len(order) >= MAX_DFA_STATES:
                 raise RuleTooComplex(f"rule '{name}' is too complex: its automaton exceeds "
-                                     f"{MAX_DFA_STATES} states; split it into smaller rules")
+                                     f"{MAX_DFA_STATES} states; split it into smaller rules", rule=name)
             dfa_id = ids[sub] = len(order)
             order.append(sub)
         return dfa_id
@@ -166,7 +166,13 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
 
 class RuleTooComplex(GrammarError):
     """A rule's DFA passed ``MAX_DFA_STATES`` (a ``GrammarError``; callers that can rewrite the
-    rules, such as ``Grammar.from_regex``, catch it by type)."""
+    rules, such as ``Grammar.from_regex``, catch it by type). ``rule`` names it (an auxiliary
+    rule's name starts with its source rule's, then ``--``)."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None,
+                 text: str | None = None, rule: str | None = None) -> None:
+        super().__init__(message, line, column, text)
+        self.rule = rule
 
 
 class NeverMatches(GrammarError):

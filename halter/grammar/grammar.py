@@ -24,7 +24,8 @@ class Grammar:
     """
 
     def __init__(self, rules: dict[str, Expr], root: str = "root", *, _text: str | None = None,
-                 _automata: RuleAutomata | None = None, _check: "TextCheck | None" = None) -> None:
+                 _automata: RuleAutomata | None = None, _check: "TextCheck | None" = None,
+                 _positions: dict[str, tuple[int, int]] | None = None) -> None:
         rs = RuleSet(dict(rules))
         self.text_check: TextCheck | None = _check     # a condition beside the grammar (uniqueItems)
         check_references(rs, root, _text)
@@ -33,6 +34,12 @@ class Grammar:
         if _automata is None:
             try:
                 _automata = build_automata(self.rules, root)
+            except RuleTooComplex as err:
+                # where the rule is defined (its source rule's, for an auxiliary "x--repeat-3")
+                where = (_positions or {}).get((err.rule or "").split("--")[0])
+                if err.line is not None or where is None or _text is None:
+                    raise
+                raise RuleTooComplex(err.message, *where, _text, rule=err.rule) from None
             except GrammarError as err:
                 if err.line is None or _text is None:
                     raise
@@ -51,7 +58,7 @@ class Grammar:
             return cls(cached[0], root, _automata=cached[1])
         rs = parse_gbnf(text)
         check_references(rs, root, text)
-        grammar = cls(rs.rules, root, _text=text)
+        grammar = cls(rs.rules, root, _text=text, _positions=rs.positions)
         _store_cached(text, root, grammar)
         return grammar
 

@@ -7,6 +7,7 @@ their calls. ``automaton.py`` determinizes and minimizes the result.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
 from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
@@ -21,6 +22,9 @@ INLINE_TINY_STATES = 24          # rules this small are expanded even when they 
 WIDE_CLASS_STATES = 64           # classes bigger than this (in UTF-8 states) are "wide": see below
 WIDE_COPIES_BUDGET = 400_000     # NFA states the expanded copies of wide classes may add in all
 SHARE_MIN_STATES = 16            # subexpressions this big are built once per (expression, end state)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _one(_name: str) -> int:
@@ -222,7 +226,7 @@ class NfaBuilder:
         n = memo.get(key)
         if n is None:
             if isinstance(expr, Literal):
-                n = len(expr.text.encode()) + 1
+                n = len(expr.text.encode("utf-8", "surrogatepass")) + 1     # (a lone surrogate: see _emit)
             elif isinstance(expr, (CharClass, AnyChar)):
                 n = 8
                 if wide:
@@ -272,7 +276,9 @@ class NfaBuilder:
 
     def _emit(self, nfa: Nfa, expr: Expr, s: int, e: int, rule: str) -> None:
         if isinstance(expr, Literal):
-            data = expr.text.encode("utf-8", "surrogatepass")
+            if _SURROGATE.search(expr.text):
+                return      # like a class's surrogates (utf8.py): no valid UTF-8 spells it
+            data = expr.text.encode("utf-8")
             cur = s
             for i, b in enumerate(data):
                 nxt = e if i == len(data) - 1 else nfa.new()

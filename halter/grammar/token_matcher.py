@@ -60,6 +60,9 @@ class TokenMatcher:
         """Write the allowed-token bitmask (int32 words, bit i of word j = token 32*j+i) into ``out``.
 
         ``out`` is 1-D (``ceil(vocab/32)`` words) or a 2-D batch, whose row ``index`` is written.
+        Once an end-of-generation token is accepted (``is_finished``) the mask holds only the
+        end-of-generation tokens, so that a finished row of a batch keeps sampling padding, as
+        llguidance's ``compute_mask_or_eos`` does; ``accept_token`` then refuses every token.
         """
         last, last_index, words, rest = self._fill_to
         if out is not last or index != last_index:       # checked once per target, then reused
