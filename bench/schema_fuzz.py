@@ -13,7 +13,8 @@ Valid numbers in exponent notation that a grammar refuses are counted apart, as 
 spelling departure they are (integers, bounded numbers and ``multipleOf`` take decimal notation
 only: docs/json_schema.md, "Notes"); accepting an invalid one is a disagreement.
 
-Run: ``python bench/schema_fuzz.py [--schemas N] [--seed S] [--time-limit SECONDS] [-v]``; prints
+Run: ``python bench/schema_fuzz.py [--schemas N] [--seed S] [--depth D] [--draft 7|2020]
+[--time-limit SECONDS] [-v]``; prints
 the count of schemas, instances and disagreements, and the first few disagreements in full.
 """
 from __future__ import annotations
@@ -100,6 +101,37 @@ def schema(rng: random.Random, depth: int) -> object:
     return {"unevaluatedItems": sub(), rng.choice(["allOf", "anyOf"]): [sub(), {"prefixItems": [sub()]}]}
 
 
+def as_draft7(s: object) -> object:
+    """The same composition in draft 7's words: ``items`` lists for ``prefixItems``,
+    ``dependencies`` for ``dependentSchemas``, ``definitions`` for ``$defs``; ``unevaluated*``,
+    ``minContains``/``maxContains`` and ``dependentRequired`` stay, as keywords draft 7 does not
+    know (the grammar must ignore them, as the validator does), and a ``$ref`` keeps its siblings,
+    which draft 7 ignores."""
+    if isinstance(s, list):
+        return [as_draft7(x) for x in s]
+    if not isinstance(s, dict):
+        return s
+    out: dict = {}
+    for k, v in s.items():
+        if k == "prefixItems":
+            out["items"] = as_draft7(v)
+            if "items" in s:
+                out["additionalItems"] = as_draft7(s["items"])
+        elif k == "items" and "prefixItems" in s:
+            continue
+        elif k == "dependentSchemas":
+            out["dependencies"] = {n: as_draft7(x) for n, x in v.items()}
+        elif k in ("$defs", "properties", "patternProperties"):
+            out["definitions" if k == "$defs" else k] = {n: as_draft7(x) for n, x in v.items()}
+        elif k == "$ref":
+            out[k] = v.replace("#/$defs/", "#/definitions/")
+        elif k in ("enum", "const", "required", "dependentRequired"):
+            out[k] = v
+        else:
+            out[k] = as_draft7(v)
+    return out
+
+
 class _Timeout(Exception):
     pass
 
@@ -115,8 +147,9 @@ def departure(text: str, valid: bool, verdict: bool) -> bool:
 
 
 def run(n_schemas: int, seed: int, depth: int = 3, time_limit: int = 20,
-        verbose: bool = False) -> tuple[dict[str, int], list[str]]:
-    """Counts, and one line per disagreement or error, for ``n_schemas`` random schemas."""
+        verbose: bool = False, draft: int = 2020) -> tuple[dict[str, int], list[str]]:
+    """Counts, and one line per disagreement or error, for ``n_schemas`` random schemas
+    (``draft=7``: translated by ``as_draft7``, with ``$schema`` saying so)."""
     from halter.errors import SchemaError
     from halter.grammar import Grammar
 
@@ -131,7 +164,11 @@ def run(n_schemas: int, seed: int, depth: int = 3, time_limit: int = 20,
         if "#/$defs/d" in json.dumps(s):
             s = {**s, "$defs": {"d": schema(rng, 1)}} if isinstance(s, dict) else s
         counts["schemas"] += 1
-        validator = jsonschema.Draft202012Validator(s, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        cls = jsonschema.Draft202012Validator
+        if draft == 7:
+            s = {"$schema": "http://json-schema.org/draft-07/schema#", **as_draft7(s)} if isinstance(s, dict) else s
+            cls = jsonschema.Draft7Validator
+        validator = cls(s, format_checker=cls.FORMAT_CHECKER)
         try:
             verdicts = {t: validator.is_valid(json.loads(t)) for t in texts}
         except (RecursionError, jsonschema.exceptions._WrappedReferencingError):
@@ -173,10 +210,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--time-limit", type=int, default=20)
+    ap.add_argument("--draft", type=int, choices=[7, 2020], default=2020)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     os.environ["HALTER_CACHE_DIR"] = tempfile.mkdtemp(prefix="halter-fuzz-")
-    counts, found = run(args.schemas, args.seed, args.depth, args.time_limit, args.verbose)
+    counts, found = run(args.schemas, args.seed, args.depth, args.time_limit, args.verbose, args.draft)
     print(json.dumps(counts))
     for line in found[:20]:
         print(line)

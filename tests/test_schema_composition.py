@@ -208,3 +208,30 @@ def test_a_schema_past_the_visit_limit_is_refused_in_either_mode(monkeypatch):
     for strict in (True, False):
         with pytest.raises(UnsupportedSchemaError, match="expands to more than 20 subschemas"):
             Grammar.from_json_schema(schema, strict=strict)
+
+
+D4, D6, D7 = (f"http://json-schema.org/draft-0{n}/schema#" for n in (4, 6, 7))
+D2019 = "https://json-schema.org/draft/2019-09/schema"
+
+
+@pytest.mark.parametrize("schema,texts", [
+    # keywords of later drafts are unknown to earlier ones, which ignore them (a draft-7 fuzz
+    # found every one of these enforced)
+    ({"$schema": D7, "unevaluatedProperties": False, "properties": {"a": {"type": "string"}}}, ['{"b": 1}', '{"a": 1}']),
+    ({"$schema": D7, "dependentRequired": {"a": ["b"]}, "required": ["c"]}, ['{"a": 1, "c": 1}', '{"a": 1}']),
+    ({"$schema": D7, "prefixItems": [{"type": "string"}], "maxItems": 1}, ['[1]', '[1, 2]']),
+    ({"$schema": D7, "anyOf": [{"not": {"prefixItems": [{"type": "string"}]}}, {"type": "array"}]}, ['[1]', '1']),
+    ({"$schema": D7, "allOf": [{"unevaluatedItems": False}], "type": "array"}, ['[1]', '{}']),
+    ({"$schema": D6, "if": {"type": "string"}, "then": False, "type": "string"}, ['"a"', '1']),
+    ({"$schema": D4, "const": 1, "type": "integer"}, ['2', '"x"']),
+    ({"$schema": D4, "propertyNames": {"maxLength": 1}, "type": "object"}, ['{"ab": 1}', '[]']),
+    ({"$schema": D4, "oneOf": [{"const": 1, "type": "integer"}, {"type": "string"}]}, ['5', '"x"', 'null']),
+    ({"$schema": D2019, "prefixItems": [{"type": "string"}], "items": [{"type": "integer"}]}, ['[1]', '["x"]']),
+    # a property named like a foreign keyword is still a property
+    ({"$schema": D4, "properties": {"const": {"type": "string"}}}, ['{"const": "x"}', '{"const": 1}']),
+], ids=lambda x: json.dumps(x)[40:100] if isinstance(x, dict) else "")
+def test_keywords_foreign_to_the_draft_are_ignored(schema, texts):
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    verdicts = {t: validator.is_valid(json.loads(t)) for t in texts}
+    g = Grammar.from_json_schema(schema, strict=True)
+    assert {t: g.matches(t) for t in texts} == verdicts

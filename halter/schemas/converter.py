@@ -19,7 +19,7 @@ from jsonschema import validators
 
 from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar.ast import Expr, Literal, RuleRef, alt
-from halter.schemas import logic, one_of, unevaluated
+from halter.schemas import drafts, logic, one_of, unevaluated
 from halter.schemas import merge as merging
 from halter.schemas.arrays import array_grammar
 from halter.schemas.formats import APPROXIMATE_FORMATS, FORMATS
@@ -202,6 +202,7 @@ class Converter:
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object or a boolean, not {type(schema).__name__}",
                               "#" + ptr)
+        schema = drafts.own_keywords(schema, self.draft)
         if len(self._inlining) > MAX_DEPTH:
             raise UnsupportedSchemaError("allOf/$ref nesting too deep (recursive allOf?)", "#" + ptr, "allOf")
         ident = schema.get("$id", schema.get("id") if self.draft == "draft4" else None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from halter.schemas import drafts
 from halter.schemas.merge import ANNOTATIONS
 
 JSON_TYPES = ("null", "boolean", "object", "array", "string", "number")
@@ -47,7 +48,7 @@ def negate(schema: Any, resolve: Resolver, draft: str, depth: int = 0) -> Any:
         return True
     if not isinstance(schema, dict) or depth > _MAX_REF_DEPTH:
         return None
-    s = {k: v for k, v in schema.items() if k not in ANNOTATIONS}
+    s = {k: v for k, v in drafts.own_keywords(schema, draft).items() if k not in ANNOTATIONS}
     if "$ref" in s:
         if len(s) > 1 and draft not in ("draft4", "draft6", "draft7"):
             return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from halter.errors import UnsupportedSchemaError
-from halter.schemas import logic
+from halter.schemas import drafts, logic
 from halter.schemas import merge as merging
 from halter.schemas.refs import DEFAULT_BASE
 
@@ -84,6 +84,7 @@ _OBJECT_ONLY = frozenset({"object"})
 
 def _resolve(conv: "Converter", s: Any, base: str, ptr: str) -> Any:
     for _ in range(_MAX_DEPTH):
+        s = drafts.own_keywords(s, conv.draft)
         if not (isinstance(s, dict) and "$ref" in s and not set(s) - merging.ANNOTATIONS - {"$ref"}):
             return s
         target = conv.local_target(s["$ref"], base, ptr)
