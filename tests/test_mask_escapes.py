@@ -96,3 +96,31 @@ def test_format_rules_end_only_after_their_closing_quote(fmt):
             for node in cg.esc_nodes[cg.esc_start[d]:cg.esc_start[d + 1]].tolist():
                 assert trie.byte[node] == ord('"'), (d, node)
     check_walks(g, cg.vocab, seeds=2, steps=15)
+
+
+CYCLIC = ['root ::= r2 | [\\n-😀]\nr2 ::= [b] | r3\nr3 ::= root*\n',
+          'root ::= x | [a-z]\nx ::= root* "," | root*',
+          'root ::= a b\na ::= b* | "é"\nb ::= a* | "(" root ")"']
+
+
+@pytest.mark.parametrize("gbnf", CYCLIC, ids=range(len(CYCLIC)))
+def test_cyclic_grammars_masks_are_right_and_each_part_is_computed_once(gbnf, monkeypatch):
+    """Rules that derive themselves without reading (``root => x => root*``) make the escape
+    walk meet its own open parts; those were then recomputed along every path (1.9M calls and
+    seconds for one mask of a 4-character token). Each part is now computed once per mask."""
+    from halter.grammar import runtime_masks
+    from tests.test_token_masks import random_walk_check
+    calls = [0]
+    original = runtime_masks.MaskAssembler._ctx_bits
+
+    def counting(self, n_id, ctx):
+        calls[0] += 1
+        return original(self, n_id, ctx)
+    monkeypatch.setattr(runtime_masks.MaskAssembler, "_ctx_bits", counting)
+    pieces = [bytes([i]) for i in range(256)] + [
+        "😀漢\né".encode(), "0aéb漢,".encode(), "éé(".encode(), b"a,b,", b"((", "é)é)".encode(), b"zz,"]
+    vocab = Vocabulary.from_token_bytes(pieces + [b"</s>"], eog_ids=[len(pieces)])
+    cg = Grammar.from_gbnf(gbnf).compile(vocab, cache=False, progress=False)
+    checked = sum(random_walk_check(cg, seed, steps=10, sample=None) for seed in range(4))
+    assert checked > 10
+    assert calls[0] < 20_000, calls[0]

@@ -24,7 +24,11 @@ otherwise.
 
 Recursion only meets itself on ``ctx_bits`` with the same ``N`` (walks always go deeper), through
 rules that end without reading; such a repeat adds nothing new, so it counts as empty and the
-results computed while it was open are not memoised (``_tainted``).
+results computed while it was open are not memoised for good (``_tainted``). They are kept for the
+rest of the one mask (``_scratch``): every part is a union over what a key reaches, so a result
+short of what its open ancestors add still leaves the whole mask complete (they add it themselves),
+and each key is computed once per mask. Without that, a cyclic grammar (``root ::= x | [a-z]``,
+``x ::= root*``) recomputed the same keys along every path: seconds for one mask.
 """
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ class MaskAssembler:
         self._in_progress: set = set()              # _ctx_bits keys being computed
         self._in_progress_nodes: set = set()        # _opaque_bits keys being computed
         self._tainted = False
+        self._scratch: dict = {}                     # results of this mask not memoised for good
         self._narrow = NarrowWalker(cg.space, cg.trie)
         self._has_escape: list[bool] | None = None
         self._row_tokens = None
@@ -70,7 +75,10 @@ class MaskAssembler:
         bits = self.node_memo.get(node.id)
         if bits is None:
             self._tainted = False           # set by a cycle among suffixes: their parts are not memoised
-            bits = self.node_memo[node.id] = self._shared(self._compute(node))
+            try:
+                bits = self.node_memo[node.id] = self._shared(self._compute(node))
+            finally:
+                self._scratch.clear()
         return bits
 
     def _shared(self, bits: np.ndarray) -> np.ndarray:
@@ -165,6 +173,8 @@ class MaskAssembler:
         """
         key = (n_id, ctx)
         hit = self._ctx_memo.get(key)
+        if hit is None and self._tainted:
+            hit = self._scratch.get(("c", key))
         if hit is not None:
             return hit
         if key in self._in_progress:
@@ -187,6 +197,8 @@ class MaskAssembler:
             self._in_progress.discard(key)
         if not self._tainted:
             self._ctx_memo[key] = hit
+        else:
+            self._scratch[("c", key)] = hit
         return hit
 
     def _opaque_bits(self, n_id: int, start: Node) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -198,6 +210,8 @@ class MaskAssembler:
         """
         key = (n_id, start.id)
         hit = self._opaque_memo.get(key)
+        if hit is None and self._tainted:
+            hit = self._scratch.get(("o", key))
         if hit is not None:
             return hit
         if key in self._in_progress_nodes:
@@ -218,6 +232,8 @@ class MaskAssembler:
             self._in_progress_nodes.discard(key)
         if not self._tainted:
             self._opaque_memo[key] = hit
+        else:
+            self._scratch[("o", key)] = hit
         return hit
 
     def _walk(self, n_id: int, d: int) -> tuple[np.ndarray, int]:
