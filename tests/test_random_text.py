@@ -37,3 +37,12 @@ def test_grammar_without_finite_string_is_an_error():
     rules = {"root": Seq((Literal("a"), RuleRef("root")))}
     with pytest.raises(ValueError, match="no finite string"):
         random_text(rules, "root", random.Random(0))
+
+
+def test_walks_end_where_a_recursive_option_ties_the_empty_one():
+    # past max_depth the walk takes the shortest options; "(root root root){1,}" is as short as
+    # "" (both can be empty), and taking it recursed for ever (RecursionError)
+    g = Grammar.from_gbnf('root ::= ")" | (root root root){1,} | ""')
+    for seed in range(20):
+        text = random_text(dict(g.rules), "root", random.Random(seed), max_depth=3)
+        assert g.matches(text), text

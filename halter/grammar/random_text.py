@@ -2,7 +2,7 @@
 
 Used by tests to draw instances from a grammar (e.g. one converted from a JSON Schema) and check
 them against an independent validator. Below ``max_depth`` choices are uniform; past it the walk
-picks the option with the shortest completion, so every walk ends (if the grammar can end at all).
+picks the option with the shortest completion (the lowest one among equals), so every walk ends (if the grammar can end at all).
 """
 from __future__ import annotations
 
@@ -14,23 +14,31 @@ from halter.grammar.ast import (MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, L
 _INF = float("inf")
 
 
-def _min_lengths(rules: dict[str, Expr]) -> dict[str, float]:
-    """Length of the shortest string of each rule (a fixpoint; inf for rules that cannot end)."""
-    best = {name: _INF for name in rules}
+def _min_lengths(rules: dict[str, Expr]) -> dict[str, tuple[float, float]]:
+    """Per rule, (length, height) of its shortest string, the lowest derivation tree among the
+    shortest (a fixpoint; inf for rules that cannot end). Past ``max_depth`` the walk follows
+    these: heights fall at every rule, so it ends even where a recursive option ties an empty one
+    at length 0 (``root ::= (root root){1,} | ""``)."""
+    best = {name: (_INF, _INF) for name in rules}
 
-    def size(e: Expr) -> float:
+    def size(e: Expr) -> tuple[float, float]:
         if isinstance(e, Literal):
-            return len(e.text)
+            return (len(e.text), 0)
         if isinstance(e, (CharClass, AnyChar, TokenRef)):
-            return 1 if not isinstance(e, CharClass) or e.code_point_ranges() else _INF
+            return (1, 0) if not isinstance(e, CharClass) or e.code_point_ranges() else (_INF, _INF)
         if isinstance(e, RuleRef):
-            return best[e.name]
+            length, height = best[e.name]
+            return (length, height + 1)
         if isinstance(e, Seq):
-            return sum(size(i) for i in e.items)
+            parts = [size(i) for i in e.items]
+            return (sum(p[0] for p in parts), max((p[1] for p in parts), default=0))
         if isinstance(e, Alt):
             return min(size(o) for o in e.options)
         if isinstance(e, Repeat):
-            return 0 if e.min == 0 else e.min * size(e.expr)
+            if e.min == 0:
+                return (0, 0)
+            length, height = size(e.expr)
+            return (e.min * length, height)
         raise TypeError(e)
 
     changed = True
@@ -40,9 +48,9 @@ def _min_lengths(rules: dict[str, Expr]) -> dict[str, float]:
             s = size(body)
             if s < best[name]:
                 best[name], changed = s, True
-    memo: dict[int, float] = {}      # id(expression) -> its shortest length, now that ``best`` is final
+    memo: dict[int, tuple[float, float]] = {}      # id(expression) -> its pair, now that ``best`` is final
 
-    def final_size(e: Expr) -> float:
+    def final_size(e: Expr) -> tuple[float, float]:
         got = memo.get(id(e))
         if got is None:
             got = memo[id(e)] = size(e)
@@ -75,7 +83,7 @@ def random_text(rules: dict[str, Expr], root: str, rng: random.Random, max_depth
     """
     info = _min_lengths(rules)
     size = info.pop("__size__")
-    if info[root] == _INF:
+    if info[root][0] == _INF:
         raise ValueError(f"rule {root!r} derives no finite string")
     out: list[str] = []
 
@@ -94,13 +102,13 @@ def random_text(rules: dict[str, Expr], root: str, rng: random.Random, max_depth
             for i in e.items:
                 walk(i, depth)
         elif isinstance(e, Alt):
-            finite = [o for o in e.options if size(o) < _INF]
+            finite = [o for o in e.options if size(o)[0] < _INF]
             if depth >= max_depth:
                 shortest = min(size(o) for o in finite)
                 finite = [o for o in finite if size(o) == shortest]
             walk(rng.choice(finite), depth)
         elif isinstance(e, Repeat):
-            if depth >= max_depth or size(e.expr) == _INF:     # (a body that matches nothing: min is 0)
+            if depth >= max_depth or size(e.expr)[0] == _INF:     # (a body that matches nothing: min is 0)
                 n = e.min
             else:
                 hi = e.max if e.max is not None else e.min + max_repeat
