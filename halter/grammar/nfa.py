@@ -164,6 +164,9 @@ class NfaBuilder:
         than WIDE_COPIES_BUDGET states, the expanded rule adding the most stops being expanded
         (its callers call it; tokens then cross rule ends inside such strings, so first-time masks
         there cost more: a trade taken only past the budget)."""
+        if not any(self._has_wide_class(rule) for n, rule in self.rules.items() if n in self.inline):
+            return      # the usual case (JSON's string characters are not wide): nothing to count
+
         def sizes(wide: bool) -> dict[str, int]:
             memo: dict[str, int] = {}
 
@@ -189,6 +192,23 @@ class NfaBuilder:
             if worst is None:
                 return
             self.inline.discard(worst)
+
+    @staticmethod
+    def _has_wide_class(expr: Expr) -> bool:
+        """Does ``expr`` (not its callees) hold a class over WIDE_CLASS_STATES?"""
+        stack = [expr]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, CharClass):
+                if _class_states(tuple(e.code_point_ranges())) > WIDE_CLASS_STATES:
+                    return True
+            elif isinstance(e, Seq):        # (AnyChar is 17 states: never wide)
+                stack.extend(e.items)
+            elif isinstance(e, Alt):
+                stack.extend(e.options)
+            elif isinstance(e, Repeat):
+                stack.append(e.expr)
+        return False
 
     def build_all(self, root: str, inline: bool = True) -> None:
         if inline:
