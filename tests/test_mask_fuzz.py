@@ -1,0 +1,48 @@
+"""A small run of bench/mask_fuzz.py (random grammars: masks against token-by-token feeding,
+``matches`` against an independent recogniser), and that the fuzz does catch a wrong mask."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def fuzz():
+    path = Path(__file__).resolve().parents[1] / "bench" / "mask_fuzz.py"
+    spec = importlib.util.spec_from_file_location("mask_fuzz", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_random_grammars_masks_and_matches_agree(fuzz, tmp_path, monkeypatch):
+    monkeypatch.setenv("HALTER_CACHE_DIR", str(tmp_path))
+    counts, found = fuzz.run(25, seed=3)
+    assert counts["grammars"] - counts["refused"] >= 20 and counts["states"] > 300
+    assert found == [], found[:3]
+
+
+def test_the_fuzz_catches_a_wrong_mask(fuzz, tmp_path, monkeypatch):
+    from halter.grammar.token_matcher import TokenMatcher
+    monkeypatch.setenv("HALTER_CACHE_DIR", str(tmp_path))
+    right = TokenMatcher.allowed_mask
+
+    def one_token_short(self):
+        mask = right(self).copy()
+        allowed = np.flatnonzero(mask)
+        if len(allowed) > 1:
+            mask[allowed[-1]] = False
+        return mask
+    monkeypatch.setattr(TokenMatcher, "allowed_mask", one_token_short)
+    counts, found = fuzz.run(5, seed=3)
+    assert any("mask differs" in line for line in found)
+
+
+def test_the_recogniser_reads_the_grammar_tree(fuzz):
+    rules = {"root": ("seq", [("rep", ("ref", "r1"), 1, None), ("lit", "!")]),
+             "r1": ("alt", [("cls", ((97, 99),), False), ("seq", [("ref", "r1"), ("any",)])])}
+    assert fuzz.recognise(rules, "ab!") and fuzz.recognise(rules, "a😀!")
+    assert not fuzz.recognise(rules, "!") and not fuzz.recognise(rules, "da!")
