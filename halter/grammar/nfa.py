@@ -249,9 +249,8 @@ class NfaBuilder:
                 n = len(expr.text.encode("utf-8", "surrogatepass")) + 1     # (a lone surrogate: see _emit)
             elif isinstance(expr, (CharClass, AnyChar)):
                 n = 8
-                if wide:
-                    ranges = ((0, MAX_CODE_POINT),) if isinstance(expr, AnyChar) else tuple(expr.code_point_ranges())
-                    real = _class_states(ranges)
+                if wide and isinstance(expr, CharClass):      # (AnyChar is 17 states: never wide)
+                    real = _class_states(tuple(expr.code_point_ranges()))
                     n = real if real > WIDE_CLASS_STATES else 8
             elif isinstance(expr, Seq):
                 n = sum(self._size(i, ref_size, memo, wide) for i in expr.items)

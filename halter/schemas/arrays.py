@@ -117,10 +117,8 @@ def array_grammar(conv: "Converter", s: dict, ptr: str, base: str) -> Expr | Non
 
 def _contains(conv: "Converter", s: dict, ptr: str) -> tuple[int, int | None] | None:
     """(minContains, maxContains) when ``contains`` applies, else None (absent or minContains 0)."""
-    if "contains" not in s or conv.draft == "draft4":
+    if "contains" not in s:          # (draft 4 has no contains, 6 and 7 no counts: drafts.py)
         return None
-    if conv.draft in ("draft6", "draft7"):
-        return 1, None
     min_c: Any = s.get("minContains", 1)
     max_c: Any = s.get("maxContains")
     min_c = int(min_c)

@@ -108,7 +108,7 @@ def _negate_keyword(k: str, v: Any, s: dict, resolve: Resolver, draft: str, dept
     if k == "items" and isinstance(v, (dict, bool)) and "prefixItems" not in s:
         n = negate(v, resolve, draft, depth + 1)
         return None if n is None else (False if n is False else {"type": "array", "contains": n})
-    if k == "contains" and "minContains" not in s and "maxContains" not in s and draft != "draft4":
+    if k == "contains" and "minContains" not in s and "maxContains" not in s:
         n = negate(v, resolve, draft, depth + 1)
         return None if n is None else {"type": "array", "items": n}
     if k == "additionalProperties" and v is False and not s.get("patternProperties") \
@@ -183,7 +183,7 @@ def rewrite(own: dict, resolve: Resolver, draft: str) -> tuple[dict, list[Any]]:
         if n is not None:
             extra.append(n)
             del rest["not"]
-    if "if" in rest and draft not in ("draft4", "draft6"):
+    if "if" in rest:
         then, other = rest.get("then", True), rest.get("else", True)
         if then is True and other is True:
             n: Any = True
@@ -195,7 +195,7 @@ def rewrite(own: dict, resolve: Resolver, draft: str) -> tuple[dict, list[Any]]:
             extra.append(n)
             for k in ("if", "then", "else"):
                 rest.pop(k, None)
-    deps = dict(rest.get("dependentSchemas") or {}) if draft not in ("draft4", "draft6", "draft7") else {}
+    deps = dict(rest.get("dependentSchemas") or {})
     if isinstance(rest.get("dependencies"), dict):
         deps.update({k: v for k, v in rest["dependencies"].items() if not isinstance(v, list)})
         arrays = {k: v for k, v in rest["dependencies"].items() if isinstance(v, list)}

@@ -80,11 +80,9 @@ Case = tuple[list, Ev]
 
 def prepare(conv: "Converter", schema: dict, ptr: str, base: str) -> Any:
     """``schema`` with dynamic references made static and its ``unevaluated*`` rewritten."""
-    dyn = [k for k in ("$dynamicRef", "$recursiveRef") if isinstance(schema.get(k), str)]
-    if conv.draft not in _NEW_DRAFTS:
-        if dyn:
-            conv.unsupported(dyn[0], ptr, "dynamic references are not supported")
+    if conv.draft not in _NEW_DRAFTS:        # (which have no dynamic references: drafts.py)
         return schema
+    dyn = [k for k in ("$dynamicRef", "$recursiveRef") if isinstance(schema.get(k), str)]
     negated = isinstance(schema.get("not"), dict) and _has_unevaluated(schema["not"])
     if not dyn and not negated and "unevaluatedProperties" not in schema and "unevaluatedItems" not in schema:
         return schema
