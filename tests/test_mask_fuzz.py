@@ -46,3 +46,36 @@ def test_the_recogniser_reads_the_grammar_tree(fuzz):
              "r1": ("alt", [("cls", ((97, 99),), False), ("seq", [("ref", "r1"), ("any",)])])}
     assert fuzz.recognise(rules, "ab!") and fuzz.recognise(rules, "a😀!")
     assert not fuzz.recognise(rules, "!") and not fuzz.recognise(rules, "da!")
+
+
+# Rules that are nullable and recursive through a repetition, called twice in a row: every byte
+# can end or re-enter each call, so the places a rule returns to pile up (exponentially, before
+# returns to one place were merged into one context).
+AMBIGUOUS_RECURSIONS = [
+    {"root": ("seq", [("ref", "r2"), ("ref", "r2")]),
+     "r2": ("alt", [("lit", "a"), ("lit", ""), ("seq", [("rep", ("ref", "root"), 0, None), ("lit", "a")])])},
+    {"root": ("alt", [("seq", [("ref", "r2"), ("ref", "r2")]), ("seq", [("lit", "b"), ("ref", "root")])]),
+     "r2": ("alt", [("lit", "a"), ("lit", ""), ("seq", [("rep", ("ref", "root"), 0, None), ("lit", "c")])])},
+    {"root": ("alt", [("seq", [("ref", "root"), ("lit", "c")]), ("seq", [("ref", "r1"), ("ref", "r1"), ("lit", "b")]), ("lit", "")]),
+     "r1": ("alt", [("rep", ("ref", "r1"), 1, 2), ("seq", [("ref", "root"), ("lit", "a")]), ("lit", "")])},
+    {"root": ("seq", [("rep", ("ref", "r1"), 0, 2), ("ref", "r1")]),
+     "r1": ("alt", [("seq", [("rep", ("ref", "root"), 1, None), ("lit", "b")]), ("lit", "a"), ("seq", [])])},
+]
+
+
+@pytest.mark.parametrize("rules", AMBIGUOUS_RECURSIONS)
+def test_ambiguous_recursions_match_like_the_recogniser(fuzz, rules):
+    import itertools
+    import random
+
+    from halter import Grammar
+    text = "\n".join(f"{name} ::= {fuzz.render(body, random.Random(0), top=True)}" for name, body in rules.items())
+    g = Grammar.from_gbnf(text)
+    for n in range(7):
+        for chars in itertools.product("abc", repeat=n):
+            s = "".join(chars)
+            assert g.matches(s) == fuzz.recognise(rules, s), (text, s)
+    m, before = g.matcher(), len(g._space.ctx_returns)
+    for i in range(1, 41):               # contexts grow with the input (~20 a byte), not doubling
+        assert m.accept_text("a"), text
+        assert len(g._space.ctx_returns) - before < 60 * i, (text, i)

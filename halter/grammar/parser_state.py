@@ -3,8 +3,11 @@
 An *item* is ``(position, context)``: a place inside one rule's DFA, and what happens when that rule
 ends. A *context* is the set of places to return to — ``(position after the call, context of the
 caller)`` pairs — so contexts form a graph-structured stack. Contexts are interned by their meaning,
-not by where they were created, so ambiguous grammars (``x? x? x? ...``, ``(a | a | aa)*``, left
-recursion) keep a state whose size is bounded by the grammar, not by the input.
+not by where they were created, and items at one position (returns to one place) merge into one
+with the union of their contexts, so ambiguous grammars (``x? x? x? ...``, ``(a | a | aa)*``, left
+recursion, ``root ::= r r``, ``r ::= "a" | "" | root* "a"``) keep states and contexts whose size is
+bounded by the grammar, not by the input (recursive ambiguous grammars still make new contexts as
+the input grows, as an Earley parser makes new items: linearly, not exponentially).
 
 Closures come in two kinds. The *opaque node* of a position is the closure of that position with an
 unknown caller (the OPAQUE context), made by the Earley walk (``earley.py``) once per position, at
@@ -88,6 +91,8 @@ class StateSpace:
         self._subst_memo: dict[tuple[int, int], int] = {}  # (opaque node's context, caller) -> context
         self._ret_items: dict[int, tuple] = {}             # context -> items of what it returns to
         self._ret_open: set[int] = set()                   # contexts whose _return_items is running
+        self._union_memo: dict[frozenset, int] = {}         # members -> their union
+        self._members: dict[int, frozenset] = {}            # a union made by _union -> its members
         # a call whose return position is a pure end (the rule can only stop there) is a tail call
         self._tail = [automata.accepting[p] and not automata.has_bytes[p] and not automata.calls[p]
                       and not automata.tokens[p] for p in range(automata.n_positions)]
@@ -194,7 +199,22 @@ class StateSpace:
         Made once per ``(ctx, c)``: its returns are ``ctx``'s with the substitution applied, plus
         ``c``'s own when ``ctx`` escapes to the unknown caller (then it takes ``c``'s flags too).
         The id is reserved before the returns are filled in, so cyclic contexts map to cycles.
+        Once every context the substitution made is filled in, each one's returns to one place
+        merge into one (``_merge``): a union of contexts reads their returns, so it must not
+        meet a context still being filled.
         """
+        if ctx == OPAQUE_ID:
+            return c
+        s = self._subst_memo.get((ctx, c))
+        if s is None:
+            made: list[int] = []
+            s = self._subst_fill(ctx, c, made)
+            ctx_returns, merge = self.ctx_returns, self._merge
+            for x in made:
+                ctx_returns[x] = merge(ctx_returns[x])
+        return s
+
+    def _subst_fill(self, ctx: int, c: int, made: list) -> int:
         if ctx == OPAQUE_ID:
             return c
         key = (ctx, c)
@@ -202,7 +222,8 @@ class StateSpace:
         if s is None:
             flags = self.ctx_flags[ctx]
             s = self._subst_memo[key] = self._new_ctx((), (flags & ~ESCAPES) | (self.ctx_flags[c] if flags & ESCAPES else 0))
-            returns = {(after, self._subst(c2, c)) for after, c2 in self.ctx_returns[ctx]}
+            made.append(s)
+            returns = {(after, self._subst_fill(c2, c, made)) for after, c2 in self.ctx_returns[ctx]}
             if flags & ESCAPES:
                 returns.update(self.ctx_returns[c])
             self.ctx_returns[s] = tuple(sorted(returns))
@@ -218,7 +239,9 @@ class StateSpace:
 
         ``(d, c1)`` and ``(d, c2)`` read the same input and, when the rule ends, return to both; so
         they are ``(d, c1 | c2)``. This keeps a state's size bounded by the grammar's positions even
-        for infinitely ambiguous grammars such as ``S ::= S S | "a"``.
+        for infinitely ambiguous grammars such as ``S ::= S S | "a"``. A context's returns
+        (``(after, context)`` pairs) merge the same way where they are made by substitution and
+        union, so that the places a rule returns to stay bounded by the grammar too.
         """
         out = sorted(items)
         for i in range(1, len(out)):
@@ -232,11 +255,52 @@ class StateSpace:
         return tuple((d, next(iter(cs)) if len(cs) == 1 else self._union(list(cs))) for d, cs in by_pos.items())
 
     def _union(self, ctxs: list[int]) -> int:
-        flags, returns = 0, set()
+        """The context that returns wherever any of ``ctxs`` does (made once per set of members).
+
+        Returns of the members to one place merge into one return with the union of their
+        contexts, and so on down (a worklist, not recursion: unions of long stacks are deep): each
+        such union is a new context, its id reserved before its returns are made, so cycles close,
+        and its members kept (``_members``): a union of unions is the union of their members, so
+        a union reads only the returns of contexts that are not unions still pending. A union
+        whose returns go to distinct places is interned by meaning. Without the merge, ambiguous
+        recursions (``root ::= r r``, ``r ::= "a" | "" | root* "a"``) doubled the returns of a
+        context at every byte.
+        """
+        pending: list = []
+        u = self._union_of(ctxs, pending)
+        ctx_returns = self.ctx_returns
+        while pending:
+            v, returns = pending.pop()
+            by_after: dict[int, list[int]] = {}
+            for after, c in returns:
+                by_after.setdefault(after, []).append(c)
+            ctx_returns[v] = tuple(sorted((after, cs[0] if len(cs) == 1 else self._union_of(cs, pending))
+                                          for after, cs in by_after.items()))
+        return u
+
+    def _union_of(self, ctxs: list[int], pending: list) -> int:
+        """The union of ``ctxs``; a new one whose returns are still to merge is put on ``pending``."""
+        members: set = set()
+        members_of = self._members
         for c in ctxs:
+            members.update(members_of.get(c, (c,)))
+        if len(members) == 1:
+            return next(iter(members))
+        key = frozenset(members)
+        u = self._union_memo.get(key)
+        if u is not None:
+            return u
+        flags, returns = 0, set()
+        for c in members:
             flags |= self.ctx_flags[c]
             returns.update(self.ctx_returns[c])
-        return self._by_meaning(flags, returns)
+        if len({after for after, _ in returns}) == len(returns):   # one return per place: intern by meaning
+            u = self._union_memo[key] = self._by_meaning(flags, returns)
+        else:
+            u = self._union_memo[key] = self._new_ctx((), flags)
+            members_of[u] = key
+            pending.append((u, returns))
+        return u
 
     def _by_meaning(self, flags: int, returns) -> int:
         """The context that returns to ``returns`` (real contexts) with ``flags``, made if new."""
