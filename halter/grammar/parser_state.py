@@ -93,6 +93,8 @@ class StateSpace:
         self._ret_open: set[int] = set()                   # contexts whose _return_items is running
         self._union_memo: dict[frozenset, int] = {}         # members -> their union
         self._members: dict[int, frozenset] = {}            # a union made by _union -> its members
+        self._union_in: dict[frozenset, int] = {}           # contexts as given -> their union
+        self._open_unions: set[int] = set()                 # unions whose returns are still being made
         # a call whose return position is a pure end (the rule can only stop there) is a tail call
         self._tail = [automata.accepting[p] and not automata.has_bytes[p] and not automata.calls[p]
                       and not automata.tokens[p] for p in range(automata.n_positions)]
@@ -260,15 +262,14 @@ class StateSpace:
         Returns of the members to one place merge into one return with the union of their
         contexts, and so on down (a worklist, not recursion: unions of long stacks are deep): each
         such union is a new context, its id reserved before its returns are made, so cycles close,
-        and its members kept (``_members``): a union of unions is the union of their members, so
-        a union reads only the returns of contexts that are not unions still pending. A union
-        whose returns go to distinct places is interned by meaning. Without the merge, ambiguous
-        recursions (``root ::= r r``, ``r ::= "a" | "" | root* "a"``) doubled the returns of a
-        context at every byte.
+        and its members kept (``_members``): a union of unions is the union of their members, which
+        is what it is interned by. A union whose returns go to distinct places is interned by
+        meaning. Without the merge, ambiguous recursions (``root ::= r r``, ``r ::= "a" | "" |
+        root* "a"``) doubled the returns of a context at every byte.
         """
         pending: list = []
         u = self._union_of(ctxs, pending)
-        ctx_returns = self.ctx_returns
+        ctx_returns, open_ = self.ctx_returns, self._open_unions
         while pending:
             v, returns = pending.pop()
             by_after: dict[int, list[int]] = {}
@@ -276,30 +277,51 @@ class StateSpace:
                 by_after.setdefault(after, []).append(c)
             ctx_returns[v] = tuple(sorted((after, cs[0] if len(cs) == 1 else self._union_of(cs, pending))
                                           for after, cs in by_after.items()))
+            open_.discard(v)
         return u
 
     def _union_of(self, ctxs: list[int], pending: list) -> int:
-        """The union of ``ctxs``; a new one whose returns are still to merge is put on ``pending``."""
-        members: set = set()
-        members_of = self._members
-        for c in ctxs:
-            members.update(members_of.get(c, (c,)))
-        if len(members) == 1:
-            return next(iter(members))
-        key = frozenset(members)
-        u = self._union_memo.get(key)
+        """The union of ``ctxs``; a new one whose returns are still to merge is put on ``pending``.
+
+        Interned by the set of members (contexts that are not themselves such unions). Its returns
+        are read from ``ctxs`` as given, where a union among them already has its returns merged
+        (one per place, so a few): reading every member's instead costs as many members as the
+        union has, which in infinitely ambiguous grammars grows with the input. Only a union whose
+        returns are still being made (``_open_unions``) is read through its members.
+        """
+        key = frozenset(ctxs)
+        u = self._union_in.get(key)
         if u is not None:
             return u
-        flags, returns = 0, set()
-        for c in members:
-            flags |= self.ctx_flags[c]
-            returns.update(self.ctx_returns[c])
-        if len({after for after, _ in returns}) == len(returns):   # one return per place: intern by meaning
-            u = self._union_memo[key] = self._by_meaning(flags, returns)
-        else:
-            u = self._union_memo[key] = self._new_ctx((), flags)
-            members_of[u] = key
-            pending.append((u, returns))
+        members_of = self._members
+        members: set = set()
+        for c in key:
+            members.update(members_of.get(c, (c,)))
+        if len(members) == 1:
+            u = self._union_in[key] = next(iter(members))
+            return u
+        mkey = frozenset(members)
+        u = self._union_memo.get(mkey)
+        if u is None:
+            flags, returns, has_union = 0, set(), False
+            ctx_flags, ctx_returns, open_ = self.ctx_flags, self.ctx_returns, self._open_unions
+            for c in key:
+                flags |= ctx_flags[c]
+                if c in open_:
+                    for m in members_of[c]:
+                        returns.update(ctx_returns[m])
+                else:
+                    returns.update(ctx_returns[c])
+                has_union = has_union or c in members_of
+            # a union among the inputs returns twice to one place through its members: never by meaning
+            if not has_union and len({after for after, _ in returns}) == len(returns):
+                u = self._union_memo[mkey] = self._by_meaning(flags, returns)
+            else:
+                u = self._union_memo[mkey] = self._new_ctx((), flags)
+                members_of[u] = mkey
+                open_.add(u)
+                pending.append((u, returns))
+        self._union_in[key] = u
         return u
 
     def _by_meaning(self, flags: int, returns) -> int:
