@@ -4,7 +4,7 @@
 each position; ``StateSpace(..., templates=False)`` always runs the Earley walk. On random
 context-free grammars (recursion on either side, nullable rules, tail calls, ambiguity) and on the
 grammars that ship with llama.cpp, both must allow the same next bytes and agree on where the input
-may end, after every prefix.
+may end, after every prefix. A space whose templates make too many contexts switches to the walk.
 """
 from __future__ import annotations
 
@@ -55,10 +55,14 @@ def usable_grammar(gbnf: str) -> Grammar:
 
 
 def agree(grammar: Grammar, text: bytes) -> int:
-    """Step both spaces through ``text``; assert they agree after every prefix; bytes read alive."""
-    fast, slow = grammar._space, StateSpace(grammar._automata, templates=False)
+    """Step both spaces through ``text``; assert they agree after every prefix; bytes read alive.
+
+    The template space never gives up on templates (no budget), so that it is what is compared."""
+    fast = StateSpace(grammar._automata, template_budget=None)
+    slow = StateSpace(grammar._automata, templates=False)
+    read = spaces_agree(fast, slow, text)
     assert fast.templates and not slow.templates
-    return spaces_agree(fast, slow, text)
+    return read
 
 
 def spaces_agree(fast: StateSpace, slow: StateSpace, text: bytes) -> int:
@@ -115,3 +119,34 @@ def test_a_rule_called_last_and_not_last_in_one_closure_returns_to_both(text):
     g = Grammar.from_gbnf('root ::= r1 "!" | "(" r1 ")" | r3 "?"\n'
                           'r1 ::= "x" (r2 | r3 "c")\nr3 ::= r2 "d" | "e" r3\nr2 ::= "a" | "a" "b" | "a" r2')
     agree(g, text)
+
+
+# Left-recursive, nullable and ambiguous: copies of cyclic contexts made by substitution pile up
+LEFT_RECURSIVE_AMBIGUOUS = 'root ::= "a" | r | ""\nr ::= (("b" | root | ""){1,3} (root "(" | root | "") ("c" | r)){1,2}'
+
+
+def test_a_space_whose_templates_make_too_many_contexts_walks_instead():
+    g = Grammar.from_gbnf(LEFT_RECURSIVE_AMBIGUOUS)
+    text = b"b" * 40 + b"c(" + b"ab" * 10 + b"c"
+    budgeted = StateSpace(g._automata)
+    unbudgeted = StateSpace(g._automata, template_budget=None)
+    slow = StateSpace(g._automata, templates=False)
+    assert spaces_agree(budgeted, slow, text) == len(text)
+    assert not budgeted.templates and budgeted._tpl_closures < 200
+    # the walk interns a rule's context by meaning: ~20 contexts a byte here, templates ~1,000 by byte 40
+    assert len(budgeted.ctx_returns) < 5_000
+    node = unbudgeted.initial
+    for byte in text[:25]:
+        node = unbudgeted.step_byte(node, byte)
+    assert unbudgeted.templates and len(unbudgeted.ctx_returns) > 10_000
+    m = g.matcher()
+    assert m.accept_bytes(text) and m.is_accepting() and not m.accept_text(")")
+
+
+@pytest.mark.parametrize("name", ["json", "arithmetic", "c"])
+def test_shipped_grammars_keep_their_templates(name):
+    g = Grammar.from_gbnf(shared_path("grammars", f"{name}.gbnf").read_text())
+    rng = random.Random(name)
+    for _ in range(12):
+        assert g.matcher().accept_text(random_text(g.rules, "root", rng, max_depth=6))
+    assert g._space.templates and g._space._tpl_closures > 20

@@ -79,3 +79,11 @@ def test_ambiguous_recursions_match_like_the_recogniser(fuzz, rules):
     for i in range(1, 41):               # contexts grow with the input (~20 a byte), not doubling
         assert m.accept_text("a"), text
         assert len(g._space.ctx_returns) - before < 60 * i, (text, i)
+    # the same with closures built from opaque nodes only (the grammar's own space gives them up here)
+    from halter.grammar.parser_state import StateSpace
+    space = StateSpace(g._automata, template_budget=None)
+    node, before = space.initial, len(space.ctx_returns)
+    for i in range(1, 41):
+        node = space.step_byte(node, ord("a"))
+        assert node.id != 0 and len(space.ctx_returns) - before < 60 * i, (text, i)
+    assert space.templates

@@ -16,7 +16,8 @@ for OPAQUE in their contexts (those contexts are then interned by what they were
 opaque node's context and the caller), plus what the caller returns to where the position's rule
 can end right away. That makes a state seen for the first time a few lookups per item.
 
-A context is an int id into two tables of the ``StateSpace``: ``ctx_returns`` (its return pairs) and
+A context is an int id into two tables of the ``StateSpace`` (``contexts.ContextTables``, which also
+makes substitutions and unions): ``ctx_returns`` (its return pairs) and
 ``ctx_flags``. Items, a state's item tuples and its interning key are then tuples of ints, which
 Python's cyclic garbage collector stops tracking: a state costs the collector its ``Node`` and
 transition array, however many items and contexts it holds (see tests/test_state_space_gc.py). (One
@@ -34,7 +35,7 @@ from __future__ import annotations
 from array import array
 
 from halter.grammar.automaton import RuleAutomata
-from halter.grammar.contexts import BOTTOM_ID, ENDS_ROOT, ESCAPES, OPAQUE_ID, meaning_key
+from halter.grammar.contexts import BOTTOM_ID, ENDS_ROOT, ESCAPES, OPAQUE_ID, ContextTables
 from halter.grammar.earley import earley_closure
 
 __all__ = ["BOTTOM_ID", "ENDS_ROOT", "ESCAPES", "OPAQUE_ID", "Node", "StateSpace"]
@@ -67,20 +68,27 @@ class Node:
 MAX_CHAIN = 48
 """Completions chained deeper than this (callers whose rest may be empty) are closed by the Earley walk."""
 
+TEMPLATE_BUDGET = 8
+"""New contexts per closure built from opaque nodes, on average, past which a space walks instead."""
+
+TEMPLATE_WARMUP = 64
+"""The average is taken over at least this many closures (a few costly ones early do not count)."""
+
 
 class _TooDeep(Exception):
     """A closure built from opaque nodes met a long or cyclic chain of completions."""
 
 
-class StateSpace:
+class StateSpace(ContextTables):
     """Builds, interns and steps parser states for one compiled grammar."""
 
-    def __init__(self, automata: RuleAutomata, *, templates: bool = True) -> None:
+    def __init__(self, automata: RuleAutomata, *, templates: bool = True,
+                 template_budget: float | None = TEMPLATE_BUDGET) -> None:
         self.a = automata
+        self._tpl_closures = self._tpl_made = 0   # closures built from opaque nodes, contexts they made
+        self.template_budget = template_budget    # None: never switch to the walk (tests)
         self.templates = templates     # build closures from opaque nodes (False: always the Earley walk)
-        self.ctx_returns: list[tuple[tuple[int, int], ...]] = [(), ()]   # context id -> ((after, context id), ...)
-        self.ctx_flags: list[int] = [ENDS_ROOT, ESCAPES]                 # context id -> ENDS_ROOT | ESCAPES
-        self._ctx_table: dict[tuple, int] = {meaning_key(ENDS_ROOT, ()): BOTTOM_ID, meaning_key(ESCAPES, ()): OPAQUE_ID}
+        ContextTables.__init__(self)
         self._node_table: dict[tuple, Node] = {}
         self.nodes: list[Node] = []
         self._unknown = array("i", [-1]) * automata.n_classes    # a node's transitions, none known yet
@@ -88,13 +96,8 @@ class StateSpace:
         self.class_of = automata.class_of
         self._opaque_nodes: dict[int, Node] = {}
         self._single: dict[tuple[int, int], Node] = {}     # item (position, context) -> its closure
-        self._subst_memo: dict[tuple[int, int], int] = {}  # (opaque node's context, caller) -> context
         self._ret_items: dict[int, tuple] = {}             # context -> items of what it returns to
         self._ret_open: set[int] = set()                   # contexts whose _return_items is running
-        self._union_memo: dict[frozenset, int] = {}         # members -> their union
-        self._members: dict[int, frozenset] = {}            # a union made by _union -> its members
-        self._union_in: dict[frozenset, int] = {}           # contexts as given -> their union
-        self._open_unions: set[int] = set()                 # unions whose returns are still being made
         # a call whose return position is a pure end (the rule can only stop there) is a tail call
         self._tail = [automata.accepting[p] and not automata.has_bytes[p] and not automata.calls[p]
                       and not automata.tokens[p] for p in range(automata.n_positions)]
@@ -109,12 +112,6 @@ class StateSpace:
             self._node_table[key] = node
             self.nodes.append(node)
         return node
-
-    def _new_ctx(self, returns: tuple, flags: int) -> int:
-        cid = len(self.ctx_returns)
-        self.ctx_returns.append(returns)
-        self.ctx_flags.append(flags)
-        return cid
 
     def closure(self, kernel) -> Node:
         """The interned node for the closure (predict + complete) of ``kernel`` items.
@@ -143,15 +140,36 @@ class StateSpace:
         scan: set = set()
         tok: set = set()
         accepting = escaped = False
+        n_ctx = len(self.ctx_returns)
         try:
             for d, c in kernel:
                 acc, esc = self._instance(d, c, scan, tok, 0)
                 accepting, escaped = accepting or acc, escaped or esc
         except _TooDeep:                 # completions chained deeper than MAX_CHAIN, or in a cycle: walk instead
             return earley_closure(self, kernel)
+        self._tpl_closures += 1
+        if len(self.ctx_returns) != n_ctx:
+            self._count_template(len(self.ctx_returns) - n_ctx)
         if not scan and not tok and not accepting and not escaped:
             return self.dead
         return self._make_node(self._merge(scan), self._merge(tok), accepting, escaped)
+
+    def _count_template(self, made: int) -> None:
+        """Count the ``made`` contexts of a closure built from opaque nodes; past the budget, walk.
+
+        Substitution copies the opaque node's contexts for every caller and merges the copies, which
+        costs well under one new context per closure on JSON Schema and the shipped grammars (at most
+        0.74 on a sample of JSONSchemaBench), but in heavily ambiguous left-recursive grammars (``root
+        ::= "a" | r | ""``, ``r ::= (("b" | root | ""){1,3} (root "(" | root | "") ("c" | r)){1,2}``)
+        copies of cyclic contexts pile up: hundreds per closure, growing with the input, where the
+        Earley walk, which interns each rule's context by meaning, makes a few. Past
+        ``template_budget`` contexts per closure on average (``TEMPLATE_BUDGET``) the space walks
+        every closure from then on.
+        """
+        self._tpl_made += made
+        budget = self.template_budget
+        if budget is not None and self._tpl_made > budget * max(self._tpl_closures, TEMPLATE_WARMUP):
+            self.templates = False
 
     def _instance(self, d: int, c: int, scan: set, tok: set, depth: int) -> tuple[bool, bool]:
         """Add the items of the closure of ``(d, c)`` to ``scan`` and ``tok``; (accepting, escaped)."""
@@ -195,142 +213,10 @@ class StateSpace:
         hit = self._ret_items[c] = (tuple(scan), tuple(tok), accepting, escaped)
         return hit
 
-    def _subst(self, ctx: int, c: int) -> int:
-        """``ctx`` (a context of an opaque node) with the OPAQUE caller replaced by ``c``.
-
-        Made once per ``(ctx, c)``: its returns are ``ctx``'s with the substitution applied, plus
-        ``c``'s own when ``ctx`` escapes to the unknown caller (then it takes ``c``'s flags too).
-        The id is reserved before the returns are filled in, so cyclic contexts map to cycles.
-        Once every context the substitution made is filled in, each one's returns to one place
-        merge into one (``_merge``): a union of contexts reads their returns, so it must not
-        meet a context still being filled.
-        """
-        if ctx == OPAQUE_ID:
-            return c
-        s = self._subst_memo.get((ctx, c))
-        if s is None:
-            made: list[int] = []
-            s = self._subst_fill(ctx, c, made)
-            ctx_returns, merge = self.ctx_returns, self._merge
-            for x in made:
-                ctx_returns[x] = merge(ctx_returns[x])
-        return s
-
-    def _subst_fill(self, ctx: int, c: int, made: list) -> int:
-        if ctx == OPAQUE_ID:
-            return c
-        key = (ctx, c)
-        s = self._subst_memo.get(key)
-        if s is None:
-            flags = self.ctx_flags[ctx]
-            s = self._subst_memo[key] = self._new_ctx((), (flags & ~ESCAPES) | (self.ctx_flags[c] if flags & ESCAPES else 0))
-            made.append(s)
-            returns = {(after, self._subst_fill(c2, c, made)) for after, c2 in self.ctx_returns[ctx]}
-            if flags & ESCAPES:
-                returns.update(self.ctx_returns[c])
-            self.ctx_returns[s] = tuple(sorted(returns))
-        return s
-
     def union(self, a: Node, b: Node) -> Node:
         """The state holding both ``a``'s and ``b``'s items (one per position, as every node does)."""
         return self._make_node(self._merge(set(a.scan + b.scan)), self._merge(set(a.tok + b.tok)),
                                a.accepting or b.accepting, a.escaped or b.escaped)
-
-    def _merge(self, items) -> tuple:
-        """One item per position, sorted: items at the same position merge their contexts into a union.
-
-        ``(d, c1)`` and ``(d, c2)`` read the same input and, when the rule ends, return to both; so
-        they are ``(d, c1 | c2)``. This keeps a state's size bounded by the grammar's positions even
-        for infinitely ambiguous grammars such as ``S ::= S S | "a"``. A context's returns
-        (``(after, context)`` pairs) merge the same way where they are made by substitution and
-        union, so that the places a rule returns to stay bounded by the grammar too.
-        """
-        out = sorted(items)
-        for i in range(1, len(out)):
-            if out[i][0] == out[i - 1][0]:
-                break
-        else:                            # the usual case: every position once
-            return tuple(out)
-        by_pos: dict[int, dict[int, None]] = {}
-        for d, c in out:
-            by_pos.setdefault(d, {})[c] = None
-        return tuple((d, next(iter(cs)) if len(cs) == 1 else self._union(list(cs))) for d, cs in by_pos.items())
-
-    def _union(self, ctxs: list[int]) -> int:
-        """The context that returns wherever any of ``ctxs`` does (made once per set of members).
-
-        Returns of the members to one place merge into one return with the union of their
-        contexts, and so on down (a worklist, not recursion: unions of long stacks are deep): each
-        such union is a new context, its id reserved before its returns are made, so cycles close,
-        and its members kept (``_members``): a union of unions is the union of their members, which
-        is what it is interned by. A union whose returns go to distinct places is interned by
-        meaning. Without the merge, ambiguous recursions (``root ::= r r``, ``r ::= "a" | "" |
-        root* "a"``) doubled the returns of a context at every byte.
-        """
-        pending: list = []
-        u = self._union_of(ctxs, pending)
-        ctx_returns, open_ = self.ctx_returns, self._open_unions
-        while pending:
-            v, returns = pending.pop()
-            by_after: dict[int, list[int]] = {}
-            for after, c in returns:
-                by_after.setdefault(after, []).append(c)
-            ctx_returns[v] = tuple(sorted((after, cs[0] if len(cs) == 1 else self._union_of(cs, pending))
-                                          for after, cs in by_after.items()))
-            open_.discard(v)
-        return u
-
-    def _union_of(self, ctxs: list[int], pending: list) -> int:
-        """The union of ``ctxs``; a new one whose returns are still to merge is put on ``pending``.
-
-        Interned by the set of members (contexts that are not themselves such unions). Its returns
-        are read from ``ctxs`` as given, where a union among them already has its returns merged
-        (one per place, so a few): reading every member's instead costs as many members as the
-        union has, which in infinitely ambiguous grammars grows with the input. Only a union whose
-        returns are still being made (``_open_unions``) is read through its members.
-        """
-        key = frozenset(ctxs)
-        u = self._union_in.get(key)
-        if u is not None:
-            return u
-        members_of = self._members
-        members: set = set()
-        for c in key:
-            members.update(members_of.get(c, (c,)))
-        if len(members) == 1:
-            u = self._union_in[key] = next(iter(members))
-            return u
-        mkey = frozenset(members)
-        u = self._union_memo.get(mkey)
-        if u is None:
-            flags, returns, has_union = 0, set(), False
-            ctx_flags, ctx_returns, open_ = self.ctx_flags, self.ctx_returns, self._open_unions
-            for c in key:
-                flags |= ctx_flags[c]
-                if c in open_:
-                    for m in members_of[c]:
-                        returns.update(ctx_returns[m])
-                else:
-                    returns.update(ctx_returns[c])
-                has_union = has_union or c in members_of
-            # a union among the inputs returns twice to one place through its members: never by meaning
-            if not has_union and len({after for after, _ in returns}) == len(returns):
-                u = self._union_memo[mkey] = self._by_meaning(flags, returns)
-            else:
-                u = self._union_memo[mkey] = self._new_ctx((), flags)
-                members_of[u] = mkey
-                open_.add(u)
-                pending.append((u, returns))
-        self._union_in[key] = u
-        return u
-
-    def _by_meaning(self, flags: int, returns) -> int:
-        """The context that returns to ``returns`` (real contexts) with ``flags``, made if new."""
-        key = meaning_key(flags, returns)
-        ctx = self._ctx_table.get(key)
-        if ctx is None:
-            ctx = self._ctx_table[key] = self._new_ctx(key[2], flags)
-        return ctx
 
     # -- stepping ----------------------------------------------------------------------------
     def step_class(self, node: Node, cls: int) -> Node:
