@@ -14,9 +14,11 @@ checked three ways:
 * ``fill_bitmask`` against ``allowed_mask``, and ``rollback`` against the masks recorded on the way.
 
 A grammar the engine refuses with ``GrammarError`` (no finite string, too complex) is counted apart;
-any other exception, a wrong verdict or a grammar over the time limit is a finding. The 2026-11-22
-round of this design (~2,800 grammars, ~30M token verdicts) found no wrong mask, and found the
-slow cases fixed in 7cf9203 (cyclic grammars) and documented in docs/grammar.md.
+any other exception, a wrong verdict or a grammar over the time limit is a finding (a time-out
+names what was running: halter, or the fuzz's own recogniser, slow on some very ambiguous
+grammars). The 2026-11-22 round of this design (~2,800 grammars, ~30M token verdicts) found no
+wrong mask, and found the slow cases fixed in 7cf9203 (cyclic grammars) and documented in
+docs/grammar.md.
 
 Run: ``python bench/mask_fuzz.py [--grammars N] [--seed S] [--time-limit SECONDS]``.
 """
@@ -177,6 +179,9 @@ class _Timeout(Exception):
     pass
 
 
+_PHASE = ["halter's parse and drawing"]     # what was running when the time limit struck
+
+
 def _alarm(*_: object) -> None:
     raise _Timeout
 
@@ -191,8 +196,12 @@ def check_grammar(rules: dict[str, tuple], text: str, rng: random.Random, counts
     strings = drawn + ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 5))) for _ in range(12)]
     for s in strings:
         counts["strings"] += 1
-        if g.matches(s) != recognise(rules, s):
-            found.append(f"matches({s!r}) = {g.matches(s)} under {text!r}")
+        _PHASE[0] = "halter's matches"
+        got = g.matches(s)
+        _PHASE[0] = "the fuzz's own recogniser"
+        if got != recognise(rules, s):
+            found.append(f"matches({s!r}) = {got} under {text!r}")
+    _PHASE[0] = "halter's compile and masks"
     vocab = _vocab(rng, [s.encode() for s in drawn])
     cg = g.compile(vocab, cache=False, progress=False)
     special, eog = vocab.size - 1, vocab.size - 2
@@ -240,13 +249,14 @@ def run(n_grammars: int, seed: int, time_limit: int = 20) -> tuple[dict[str, int
         text = "\n".join(f"{name} ::= {render(body, rng, top=True)}" for name, body in rules.items())
         counts["grammars"] += 1
         signal.alarm(time_limit)
+        _PHASE[0] = "halter's parse and drawing"
         try:
             lines = check_grammar(rules, text, random.Random(rng.random()), counts)
         except GrammarError:
             counts["refused"] += 1
             lines = []
         except _Timeout:
-            lines = [f"over {time_limit} s: {text!r}"]
+            lines = [f"over {time_limit} s (in {_PHASE[0]}): {text!r}"]
         except Exception as e:  # noqa: BLE001 - a crash is a finding
             lines = [f"{type(e).__name__}: {str(e)[:100]} under {text!r}"]
         finally:
