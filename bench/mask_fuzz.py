@@ -116,11 +116,24 @@ def render(e: tuple, rng: random.Random, top: bool = False) -> str:
 
 
 def recognise(rules: dict[str, tuple], s: str) -> bool:
-    """Does ``rules`` derive ``s`` from root? A least fixpoint of (rule, start) -> ends."""
+    """Does ``rules`` derive ``s`` from root? A least fixpoint of (rule, start) -> ends.
+
+    Each round computes the ends of every sub-expression at every start once (``memo``, cleared
+    each round: the table grows between rounds); without it nested repetitions of ambiguous
+    grammars (``(root{2,}){2,}``) recomputed the same ends exponentially often. A round that
+    changes nothing computed every entry from the same table, so the result is the fixpoint."""
     n = len(s)
     table: dict[tuple[str, int], frozenset] = {(r, i): frozenset() for r in rules for i in range(n + 1)}
+    memo: dict[tuple[int, int], frozenset] = {}
 
-    def ends(e: tuple, i: int) -> set[int]:
+    def ends(e: tuple, i: int) -> frozenset:
+        key = (id(e), i)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = frozenset(_ends(e, i))
+        return hit
+
+    def _ends(e: tuple, i: int) -> set[int]:
         kind = e[0]
         if kind == "lit":
             return {i + len(e[1])} if s.startswith(e[1], i) else set()
@@ -151,6 +164,7 @@ def recognise(rules: dict[str, tuple], s: str) -> bool:
     changed = True
     while changed:
         changed = False
+        memo.clear()
         for r, body in rules.items():
             for i in range(n + 1):
                 new = table[(r, i)] | frozenset(ends(body, i))
