@@ -118,13 +118,16 @@ def render(e: tuple, rng: random.Random, top: bool = False) -> str:
 def recognise(rules: dict[str, tuple], s: str) -> bool:
     """Does ``rules`` derive ``s`` from root? A least fixpoint of (rule, start) -> ends.
 
-    Each round computes the ends of every sub-expression at every start once (``memo``, cleared
-    each round: the table grows between rounds); without it nested repetitions of ambiguous
-    grammars (``(root{2,}){2,}``) recomputed the same ends exponentially often. A round that
-    changes nothing computed every entry from the same table, so the result is the fixpoint."""
+    A worklist: an entry is computed again only when an entry it read has grown (``deps``), and
+    while one entry is computed the ends of each sub-expression at each start are computed once
+    (``memo``): nested repetitions of ambiguous grammars (``(root{2,}){2,}``) otherwise recompute
+    the same ends exponentially often."""
+    from collections import deque
     n = len(s)
     table: dict[tuple[str, int], frozenset] = {(r, i): frozenset() for r in rules for i in range(n + 1)}
+    deps: dict[tuple[str, int], set] = {key: set() for key in table}
     memo: dict[tuple[int, int], frozenset] = {}
+    reading: list = [None]
 
     def ends(e: tuple, i: int) -> frozenset:
         key = (id(e), i)
@@ -142,6 +145,7 @@ def recognise(rules: dict[str, tuple], s: str) -> bool:
         if kind == "any":
             return {i + 1} if i < n else set()
         if kind == "ref":
+            deps[(e[1], i)].add(reading[0])
             return set(table[(e[1], i)])
         if kind == "alt":
             return set().union(*(ends(x, i) for x in e[1]))
@@ -161,15 +165,20 @@ def recognise(rules: dict[str, tuple], s: str) -> bool:
             count += 1
         return out
 
-    changed = True
-    while changed:
-        changed = False
+    work = deque(table)
+    queued = set(table)
+    while work:
+        key = work.popleft()
+        queued.discard(key)
+        reading[0] = key
         memo.clear()
-        for r, body in rules.items():
-            for i in range(n + 1):
-                new = table[(r, i)] | frozenset(ends(body, i))
-                if new != table[(r, i)]:
-                    table[(r, i)], changed = new, True
+        new = table[key] | ends(rules[key[0]], key[1])
+        if new != table[key]:
+            table[key] = new
+            for d in deps[key]:
+                if d not in queued:
+                    queued.add(d)
+                    work.append(d)
     return n in table[("root", 0)]
 
 
