@@ -60,6 +60,36 @@ def test_dot_excludes_line_terminators():
     assert not g.matches("a\nc") and not g.matches("a\u2028c")
 
 
+# anchors anywhere: ^ holds at offset 0 and $ at the end, wherever they stand (Python's re agrees
+# with ECMAScript on texts without a newline, which is what is drawn here)
+INNER_ANCHORS = [r"a^b", r"(a|^)b", r"a$[0-9]*", r"(?:^)?x", r"(^a|b)+x", r"x(^|,)a", r"(,|^)a", r"(a$)+",
+                 r"(^a)*b", r"(a|$)(b|$)", r"^(a|b$)*$", r"(^|a)(b|$)", r"((^|,)a)*(x|$)", r"(^a){2}", r"(a|^){0,2}b",
+                 r"(?:$|a)+b", r"(?:^){3}a", r"b(?:a|$){2,}"]
+
+
+@pytest.mark.parametrize("pattern", INNER_ANCHORS)
+def test_anchors_anywhere_mean_what_python_re_means(pattern):
+    import itertools
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            search = Grammar.from_json_schema({"type": "string", "pattern": pattern})
+        except SchemaError as e:                   # nothing matches: the schema accepts no value
+            assert "accepts no value" in str(e)
+            search = None
+    whole = Grammar.from_gbnf(regex_to_gbnf(pattern)) if search is not None else None
+    for n in range(5):
+        for chars in itertools.product("abx,", repeat=n):
+            text = "".join(chars)
+            found = re.search(pattern, text) is not None
+            if search is None:
+                assert not found, (pattern, text)
+                continue
+            assert search.matches(json.dumps(text)) == found, (pattern, text)
+            assert whole.matches(text) == (re.fullmatch(pattern, text) is not None), (pattern, text)
+
+
 @pytest.mark.parametrize("pattern,message", [
     (r"(a)\1", "backreferences"),
     (r"a(?=b)", "lookaround"),
@@ -67,7 +97,7 @@ def test_dot_excludes_line_terminators():
     (r"\bword", "word boundaries"),
     (r"\p{Script=Greek}", "Unicode property"),
     (r"(?i)abc", "inline flags"),
-    ("(?:^)?a", "only an anchor"),                  # valid ECMAScript, not "nothing to repeat"
+    ("(?:^){17}a", "more than 16 copies"),          # a repeated anchor is spelled as its copies
     (r"\ud83d\u{de00}", "lone surrogate"),
     pytest.param("(?:" * 300 + "a" + ")" * 300, "nested more than", id="deep-nesting"),  # no RecursionError
 ])

@@ -35,7 +35,8 @@ class UnsupportedRegexError(RegexError, UnsupportedSchemaError):
 
 @dataclass(frozen=True)
 class Anchor:
-    """``^`` (``start=True``) or ``$``; only meaningful at the edges of a pattern."""
+    """``^`` (``start=True``, holds at offset 0) or ``$`` (at the end of the text), anywhere in a
+    pattern; ``regex_convert.split_anchors`` turns them into anchored variants."""
     start: bool
 
 
@@ -133,10 +134,7 @@ class _Parser:
             lo, hi = bounds
         else:
             return atom
-        if isinstance(atom, Anchor):
-            if from_group:      # (?:^)? is valid ECMAScript; a repeated assertion has no place here
-                raise self.error("a repeated group holding only an anchor is not supported",
-                                 unsupported=True, at=start)
+        if isinstance(atom, Anchor) and not from_group:     # (?:^)? is valid ECMAScript, ^? is not
             raise self.error("nothing to repeat", at=start)
         if self.peek() == "?":      # lazy: same language
             self.i += 1
