@@ -1,4 +1,5 @@
-"""Shared test helpers: where the shared data lives, and skipping cleanly when it is absent."""
+"""Shared test helpers: where the shared data lives (skipping cleanly when it is absent), and
+loading a bench script as a module (the fuzz tests run small rounds of them)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,6 +15,16 @@ def shared_path(*parts: str) -> Path:
     if not p.exists():
         pytest.skip(f"shared data not available: {p}")
     return p
+
+
+def bench_module(name: str):
+    """``bench/<name>.py`` loaded as a module (bench/ is not a package)."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -2,20 +2,15 @@
 ``matches`` against an independent recogniser), and that the fuzz does catch a wrong mask."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+
+from tests.conftest import bench_module
 
 
 @pytest.fixture(scope="module")
 def fuzz():
-    path = Path(__file__).resolve().parents[1] / "bench" / "mask_fuzz.py"
-    spec = importlib.util.spec_from_file_location("mask_fuzz", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("mask_fuzz")
 
 
 def test_random_grammars_masks_and_matches_agree(fuzz, tmp_path, monkeypatch):

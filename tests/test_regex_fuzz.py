@@ -2,22 +2,18 @@
 ``RegExp``), and that the fuzz does catch a wrong verdict. Skipped where ``node`` is not installed."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
-from pathlib import Path
 
 import pytest
+
+from tests.conftest import bench_module
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="needs node (the reference RegExp)")
 
 
 @pytest.fixture(scope="module")
 def fuzz():
-    path = Path(__file__).resolve().parents[1] / "bench" / "regex_fuzz.py"
-    spec = importlib.util.spec_from_file_location("regex_fuzz", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("regex_fuzz")
 
 
 def test_random_patterns_agree_with_node(fuzz, tmp_path, monkeypatch):

@@ -169,12 +169,8 @@ def test_schemas_without_a_finite_instance_are_schema_errors(schema):
 
 def test_random_compositions_agree_with_the_validator():
     # a small run of bench/schema_fuzz.py (the bench runs thousands of schemas)
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "bench" / "schema_fuzz.py"
-    spec = importlib.util.spec_from_file_location("schema_fuzz", path)
-    fuzz = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fuzz)
+    from tests.conftest import bench_module
+    fuzz = bench_module("schema_fuzz")
     counts, found = fuzz.run(40, seed=11)       # (fails on the code before 0407e81)
     assert counts["built"] > 40 and counts["checks"] > 10_000
     assert found == [], found[:3]
