@@ -67,11 +67,11 @@ def _repeat_variants(expr: Repeat, inner: list[Variant], pattern: str, pointer: 
     unbounded tail as ``x+`` in closed form (see ``_plus``)."""
     lo, hi = expr.min, expr.max
     if lo > MAX_ANCHORED_COPIES or (hi is not None and hi - lo > MAX_ANCHORED_COPIES):
-        raise UnsupportedRegexError("a repeat of more than 16 copies holding an anchor is not supported",
-                                    pattern, 0, pointer)
-    optional = _grouped(inner + [(False, False, Literal(""))])
-    parts = [inner] * lo + ([optional] * (hi - lo) if hi is not None else [_grouped(_plus(inner) + [(False, False, Literal(""))])])
-    return _seq_variants(parts)
+        raise UnsupportedRegexError(f"a repeat of more than {MAX_ANCHORED_COPIES} copies holding an anchor "
+                                    "is not supported", pattern, 0, pointer)
+    empty: list[Variant] = [(False, False, Literal(""))]
+    tail = [_grouped(inner + empty)] * (hi - lo) if hi is not None else [_grouped(_plus(inner) + empty)]
+    return _seq_variants([inner] * lo + tail)
 
 
 def _plus(inner: list[Variant]) -> list[Variant]:
