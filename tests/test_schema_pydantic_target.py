@@ -25,7 +25,7 @@ from halter.grammar.random_text import random_text
 from halter.schemas import json_schema_to_gbnf
 
 pydantic = pytest.importorskip("pydantic")
-from pydantic import (AnyUrl, Base64Bytes, BaseModel, Field, HttpUrl, IPvAnyAddress, IPvAnyInterface,  # noqa: E402
+from pydantic import (AnyUrl, AwareDatetime, Base64Bytes, BaseModel, Field, HttpUrl, IPvAnyAddress, IPvAnyInterface,  # noqa: E402
                       FiniteFloat, IPvAnyNetwork, NaiveDatetime, StrictInt, condecimal)
 
 
@@ -179,15 +179,76 @@ def test_urls_follow_the_whatwg_parser(url, http_ok, any_ok) -> None:
             Links.model_validate_json(text)
 
 
-def test_naive_and_aware_datetimes_are_told_apart() -> None:
+def test_naive_aware_and_plain_datetimes_are_told_apart() -> None:
     class Times(BaseModel):
         naive: NaiveDatetime
-        aware: dt.datetime
+        aware: AwareDatetime
+        plain: dt.datetime          # Pydantic takes both, and datetime.now() dumps without an offset
+        clock: dt.time
 
     g = Grammar.from_pydantic(Times)
-    assert g.matches('{"naive": "2020-01-02T03:04:05.6", "aware": "2020-01-02T03:04:05+01:00"}')
-    assert not g.matches('{"naive": "2020-01-02T03:04:05Z", "aware": "2020-01-02T03:04:05Z"}')
-    assert not g.matches('{"naive": "2020-01-02T03:04:05", "aware": "2020-01-02T03:04:05"}')
+    for plain, clock in [("2020-01-02T03:04:05", "03:04:05"), ("2020-01-02T03:04:05.5-01:30", "03:04:05Z")]:
+        text = json.dumps({"naive": "2020-01-02T03:04:05.6", "aware": "2020-01-02T03:04:05+01:00",
+                           "plain": plain, "clock": clock})
+        assert g.matches(text), text
+        Times.model_validate_json(text)
+    assert not g.matches('{"naive": "2020-01-02T03:04:05Z", "aware": "2020-01-02T03:04:05Z", '
+                         '"plain": "2020-01-02T03:04:05Z", "clock": "03:04:05"}')
+    assert not g.matches('{"naive": "2020-01-02T03:04:05", "aware": "2020-01-02T03:04:05", '
+                         '"plain": "2020-01-02T03:04:05Z", "clock": "03:04:05"}')
+
+
+# Values whose JSON (as Pydantic dumps it) a grammar of their type must accept: the everyday ones
+# first (naive datetimes and times, negative and fractional timedeltas, which the JSON Schema
+# formats alone do not allow), then edges.
+DUMPED_VALUES = [
+    (dt.datetime, [dt.datetime(2020, 1, 2, 3, 4, 5), dt.datetime(2020, 1, 2, 3, 4, 5, 123456),
+                   dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+                   dt.datetime(2020, 1, 2, tzinfo=dt.timezone.utc),
+                   dt.datetime(2020, 1, 2, tzinfo=dt.timezone(-dt.timedelta(hours=9, minutes=30)))]),
+    (NaiveDatetime, [dt.datetime(2020, 2, 29, 12)]),
+    (AwareDatetime, [dt.datetime(2020, 2, 29, 12, tzinfo=dt.timezone(dt.timedelta(hours=14)))]),
+    (dt.time, [dt.time(3, 4, 5), dt.time(0, 0), dt.time(23, 59, 59, 1), dt.time(12, tzinfo=dt.timezone.utc)]),
+    (dt.date, [dt.date(1, 1, 1), dt.date(2024, 2, 29)]),
+    (dt.timedelta, [dt.timedelta(0), dt.timedelta(seconds=-5), dt.timedelta(microseconds=1),
+                    dt.timedelta(days=400, hours=3, minutes=2, seconds=1, microseconds=500000),
+                    -dt.timedelta(days=2, microseconds=1), dt.timedelta(weeks=3),
+                    dt.timedelta(days=729_999_999, seconds=86_399, microseconds=999_999),
+                    -dt.timedelta(days=729_999_999)]),
+    (decimal.Decimal, [decimal.Decimal("1.50"), decimal.Decimal("-0.001"), decimal.Decimal("1E+5")]),
+    (uuid.UUID, [uuid.UUID(int=0), uuid.UUID(int=2**128 - 1)]),
+    (bytes, [b"", b"ab\x00c\x7f"]),
+    (float, [0.1, -1e-7, 1e300, 5e-324]),
+    (int, [0, -(10**30)]),
+    (str, ["", "h\u00e9llo\n\"\u2028\U0001f600\x7f\x00"]),
+    (dict[str, list[Optional[float]]], [{"a": [1.5, None]}, {}]),
+    (tuple[int, str], [(1, "a")]),
+]
+
+
+@pytest.mark.parametrize("tp, values", DUMPED_VALUES, ids=lambda v: getattr(v, "__name__", None) or str(v)[:20])
+def test_dumps_of_values_of_a_type_are_accepted(tp, values) -> None:
+    g = Grammar.from_type(tp)
+    adapter = pydantic.TypeAdapter(tp)
+    for value in values:
+        text = adapter.dump_json(value).decode()
+        assert g.matches(text), text
+        assert g.matches(json.dumps(json.loads(text), ensure_ascii=True)) or "\\u" not in text, text
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("-PT5S", True), ("+P1W", True), ("P1Y35DT3H2M1.5S", True), ("PT0.0000001S", True),
+    ("P1999999Y999999M999999W99999999DT999999H999999M99999999." + "9" * 40 + "S", True),   # the most it allows
+    ("-P1999999Y999999M999999W99999999DT999999H999999M99999999.9S", True),
+    ("P", False), ("PT", False), ("P1DT", False),     # no component: Pydantic refuses the first two
+    ("P2000000Y", False), ("PT1000000H", False),      # past the caps (P2739727Y overflows)
+    ("P1D2Y", False), ("p1d", False), ("P1.5D", False),   # out of order, lower case, fraction off seconds
+])
+def test_timedeltas_are_what_pydantic_dumps_and_parses(text, ok) -> None:
+    g = Grammar.from_type(dt.timedelta)
+    assert g.matches(json.dumps(text)) == ok, text
+    if ok:
+        pydantic.TypeAdapter(dt.timedelta).validate_json(json.dumps(text))
 
 
 @pytest.mark.parametrize("tp, good, bad", [
@@ -195,7 +256,9 @@ def test_naive_and_aware_datetimes_are_told_apart() -> None:
      ["1000", "1.505", "0.001", '"1.505"', '"1000"']),
     (condecimal(max_digits=3), ["999", '"-12"'], ["1000", "1.5"]),
     (condecimal(ge=0, decimal_places=1), ["0", "2.5"], ["-0.5", "2.55", '"2.5"']),   # bounds: numbers only
-    (decimal.Decimal, ["1e300", '"+1.5"', '"5."'], ["1e400", '"."', '"1e5"']),
+    (decimal.Decimal, ["1e300", '"+1.5"', '"5."', '"1e5"', '"-2.5E-999999999999999"'],
+     ["1e400", '"."', '"1e' + "9" * 19 + '"', '"1e"', '"NaN"']),
+    (condecimal(max_digits=5, decimal_places=2), ["1"], ['"1e2"']),     # limits: no exponent
     (FiniteFloat, ["1e99", "-1.5e-99", "9" * 200], ["1e400", "1" + "0" * 200]),
     (StrictInt, ["3", "-0"], ["3.0", "3e0"]),
 ])

@@ -1,4 +1,5 @@
-"""RFC 3339 ``date``, ``time`` and ``date-time`` as regexes, leap seconds included.
+"""RFC 3339 ``date``, ``time`` and ``date-time`` as regexes, leap seconds included; and the forms
+Python's ``datetime`` types take as Pydantic parses and dumps them (``PY_*``).
 
 A leap second (``hh:mm:60``) is valid when the time converted to UTC is 23:59:60, so the local
 hour and minute are fixed by the offset: ``+HH:MM`` needs local = 23:59 + HH:MM, ``-HH:MM`` local =
@@ -58,3 +59,31 @@ PY_DATE = DATE.replace(_YEAR, _PY_YEAR).replace(_LEAP_YEAR, _PY_LEAP_YEAR)
 PY_TIME_NAIVE = rf"{_HHMM}:[0-5][0-9]{_FRAC}"
 PY_TIME = rf"{PY_TIME_NAIVE}(?:[Zz]|[+-]{_HHMM})"
 PY_DATE_TIME = PY_DATE + "[Tt]" + PY_TIME
+PY_TIME_ANY = rf"{PY_TIME_NAIVE}(?:[Zz]|[+-]{_HHMM})?"
+"""A time with or without an offset: what a plain ``datetime.time`` field takes and dumps."""
+PY_DATE_TIME_ANY = PY_DATE + "[Tt]" + PY_TIME_ANY
+"""A date-time with or without an offset: a plain ``datetime`` field (``datetime.now()`` dumps
+without one); ``AwareDatetime`` keeps ``date-time`` and ``NaiveDatetime`` has none."""
+
+# A ``timedelta`` as Pydantic dumps it (``-P1Y35DT3H2M1.5S``: years of 365 days, an optional sign,
+# a fraction on the seconds) and parses it: components in order, each optional, at least one. Its
+# parser refuses a total past 999,999,999 days and a time part past 2**32 - 1 seconds, so digits
+# are capped to stay below both whatever the components add up to: at most 1,999,999 years (the
+# dumps of every ``timedelta`` up to 730M days, of the 1,000M it can hold), 6 digits of months and
+# weeks and 8 of days (~867M days in all); 6 digits of hours and minutes and 8 of seconds
+# (~3.76e9 s).
+
+
+def _in_order(parts: list[str]) -> str:
+    """A regex for one or more of ``parts``, each at most once, in their order."""
+    alts = []
+    for i, first in enumerate(parts):
+        alts.append(first + "".join(f"(?:{p})?" for p in parts[i + 1:]))
+    return "(?:" + "|".join(alts) + ")"
+
+
+_PY_SECONDS = r"[0-9]{1,8}(?:\.[0-9]+)?S"
+_PY_DUR_TIME = "T" + _in_order([r"[0-9]{1,6}H", r"[0-9]{1,6}M", _PY_SECONDS])
+PY_DURATION = (r"[+-]?P(?:" + _in_order([r"[01]?[0-9]{1,6}Y", r"[0-9]{1,6}M", r"[0-9]{1,6}W", r"[0-9]{1,8}D"])
+               + f"(?:{_PY_DUR_TIME})?|{_PY_DUR_TIME})")
+"""A ``timedelta`` as Pydantic dumps and parses it (see the comment above)."""

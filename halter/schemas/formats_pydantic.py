@@ -3,7 +3,10 @@
 Pydantic writes formats of its own into the schemas it makes (``ipvanyaddress``, ``ipv4network``,
 ``base64``, ...), which JSON Schema treats as annotations, and it parses dates and times into
 Python's ``datetime``, which holds neither year 0 nor leap seconds. ``PYDANTIC_FORMATS`` is
-``FORMATS`` with those dates and times, plus a regex for each of Pydantic's own formats. Each is a
+``FORMATS`` with those dates and times and ``timedelta``'s durations (a sign, years of 365 days
+in any combination, a fraction of a second), plus a regex for each of Pydantic's own formats and
+for what halter's schema generator writes where the schema loses the type (``x-halter-*``: plain
+``datetime``/``time`` with or without an offset, naive ones, http URLs). Each is a
 subset of what Pydantic accepts (every string it matches validates), as wide as a short regex
 allows: IPv4 networks are exact in CIDR form (host bits zero), IPv6 networks only in the
 ``group:...::/prefix`` form whose written groups cover the prefix, URLs only with a host
@@ -11,7 +14,8 @@ allows: IPv4 networks are exact in CIDR form (host bits zero), IPv6 networks onl
 """
 from __future__ import annotations
 
-from halter.schemas.format_datetime import PY_DATE, PY_DATE_TIME, PY_TIME, PY_TIME_NAIVE
+from halter.schemas.format_datetime import (PY_DATE, PY_DATE_TIME, PY_DATE_TIME_ANY, PY_DURATION, PY_TIME,
+                                            PY_TIME_ANY, PY_TIME_NAIVE)
 from halter.schemas.formats import FORMATS, IPV4, IPV6, uri_parts
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -117,11 +121,14 @@ _B64 = "[A-Za-z0-9+/]"
 
 PYDANTIC_FORMATS: dict[str, str] = {
     **FORMATS,
-    "date": PY_DATE, "time": PY_TIME, "date-time": PY_DATE_TIME, "uri": uri_parts()["scheme"] + _URL_REST,
+    "date": PY_DATE, "time": PY_TIME, "date-time": PY_DATE_TIME, "duration": PY_DURATION,
+    "uri": uri_parts()["scheme"] + _URL_REST,
     # formats of halter's own, written by pytypes.py where Pydantic's JSON Schema loses the type
     "x-halter-http-url": "[Hh][Tt][Tt][Pp][Ss]?" + _HTTP_URL_REST,
     "x-halter-https-url": "[Hh][Tt][Tt][Pp][Ss]" + _HTTP_URL_REST,
     "x-halter-naive-date-time": PY_DATE + "[Tt]" + PY_TIME_NAIVE,
+    "x-halter-date-time": PY_DATE_TIME_ANY,              # a plain datetime: offset or not
+    "x-halter-time": PY_TIME_ANY, "x-halter-naive-time": PY_TIME_NAIVE,
     "ipvanyaddress": f"(?:{IPV4}|{IPV6})",
     "ipv4interface": _IPV4_INTERFACE, "ipv6interface": _IPV6_INTERFACE,
     "ipvanyinterface": f"(?:{_IPV4_INTERFACE}|{_IPV6_INTERFACE})",

@@ -34,7 +34,8 @@ def pydantic_grammar_schema(tp: Any) -> dict:
     """The JSON Schema halter builds the grammar of a Pydantic model class (or any type Pydantic
     handles) from: Pydantic's own, with what it loses kept as halter's formats, which
     ``target="pydantic"`` reads: URLs limited to http/https (``HttpUrl``) as ``x-halter-http-url``
-    or ``x-halter-https-url``, datetimes without an offset (``NaiveDatetime``) as
+    or ``x-halter-https-url``, datetimes and times with or without an offset (plain ``datetime``,
+    ``time``) as ``x-halter-date-time``/``x-halter-time`` and without one (``NaiveDatetime``) as
     ``x-halter-naive-date-time``, ``condecimal`` limits exactly and ``ByteSize``'s units. ``tp``
     may also be a ``pydantic.TypeAdapter`` already made. Raises what ``pydantic.TypeAdapter``
     raises for other types."""
@@ -71,10 +72,24 @@ def _grammar_schema_generator() -> type:
 
         def datetime_schema(self, schema: Any) -> dict:
             out = super().datetime_schema(schema)
-            if schema.get("tz_constraint") == "naive":
-                out["format"] = "x-halter-naive-date-time"
+            out["format"] = _TZ_FORMATS["date-time"].get(schema.get("tz_constraint"), out["format"])
+            return out
+
+        def time_schema(self, schema: Any) -> dict:
+            out = super().time_schema(schema)
+            out["format"] = _TZ_FORMATS["time"].get(schema.get("tz_constraint"), out["format"])
             return out
     return GrammarJsonSchema
+
+
+_TZ_FORMATS = {
+    "date-time": {None: "x-halter-date-time", "naive": "x-halter-naive-date-time"},
+    "time": {None: "x-halter-time", "naive": "x-halter-naive-time"},
+}
+"""Per format, Pydantic's ``tz_constraint`` -> halter's format: with none (a plain ``datetime`` or
+``time``), an offset may be written or not, as Pydantic parses and ``datetime.now()`` dumps; aware
+ones keep the JSON Schema format, which needs an offset (so does a fixed offset, which only a custom
+core schema asks for: which offset is not enforced)."""
 
 
 def _byte_size_schema() -> dict:
@@ -95,7 +110,8 @@ def _exact_decimal(core: Any, out: dict) -> dict:
     ``max_digits``/``decimal_places`` go into the number branch as bounds and ``multipleOf``
     (Pydantic counts digits after dropping trailing zeros, so they say the same); the string
     branch gets a pattern without lookahead: digits before an optional point (``.5`` is left
-    out), no more than the limits allow. With bounds, which no pattern can check, the string
+    out), no more than the limits allow, and without limits an exponent (``"1E+5"``, as Pydantic
+    dumps ``Decimal(10**5)`` written so; its own pattern has none, but it parses them). With bounds, which no pattern can check, the string
     branch goes. ``max_digits`` alone keeps to whole numbers.
     """
     branches = out.get("anyOf")
@@ -116,7 +132,9 @@ def _exact_decimal(core: Any, out: dict) -> dict:
         return number
     whole = r"\d+" if digits is None else rf"\d{{1,{max(digits - places, 1)}}}"
     fraction = "" if places == 0 else r"(?:\.\d*)?" if places is None else rf"(?:\.\d{{0,{places}}}0*)?"
-    string["pattern"] = rf"^[+-]?0*{whole}{fraction}$"
+    # no limits: exponents too, as Pydantic dumps Decimal("1E+5") (up to 15 digits; it refuses 19)
+    exponent = r"(?:[Ee][+-]?\d{1,15})?" if places is None else ""
+    string["pattern"] = rf"^[+-]?0*{whole}{fraction}{exponent}$"
     return {**out, "anyOf": [number, string]}
 
 
