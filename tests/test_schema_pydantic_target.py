@@ -26,7 +26,8 @@ from halter.schemas import json_schema_to_gbnf
 
 pydantic = pytest.importorskip("pydantic")
 from pydantic import (AnyUrl, AwareDatetime, Base64Bytes, BaseModel, Field, HttpUrl, IPvAnyAddress, IPvAnyInterface,  # noqa: E402
-                      FiniteFloat, IPvAnyNetwork, NaiveDatetime, StrictInt, condecimal)
+                      FiniteFloat, IPvAnyNetwork, NaiveDatetime, NegativeFloat, PositiveFloat, StrictInt, condecimal,
+                      confloat)
 
 
 class Size(enum.IntEnum):
@@ -218,7 +219,7 @@ DUMPED_VALUES = [
     (decimal.Decimal, [decimal.Decimal("1.50"), decimal.Decimal("-0.001"), decimal.Decimal("1E+5")]),
     (uuid.UUID, [uuid.UUID(int=0), uuid.UUID(int=2**128 - 1)]),
     (bytes, [b"", b"ab\x00c\x7f"]),
-    (float, [0.1, -1e-7, 1e300, 5e-324]),
+    (float, [0.1, -1e-7, 1e300, 5e-324, 1.7976931348623157e308]),
     (int, [0, -(10**30)]),
     (str, ["", "h\u00e9llo\n\"\u2028\U0001f600\x7f\x00"]),
     (dict[str, list[Optional[float]]], [{"a": [1.5, None]}, {}]),
@@ -234,6 +235,64 @@ def test_dumps_of_values_of_a_type_are_accepted(tp, values) -> None:
         text = adapter.dump_json(value).decode()
         assert g.matches(text), text
         assert g.matches(json.dumps(json.loads(text), ensure_ascii=True)) or "\\u" not in text, text
+
+
+@pytest.mark.parametrize("tp, good, bad", [
+    # a text that rounds onto a strict bound is not past it (the double Pydantic compares is 1.0)
+    (confloat(lt=1), ["0.9999999999999999", "-5", "0.5"], ["0.99999999999999999999", "1"]),
+    (confloat(gt=0.1), ["0.10000000000000002", "0.2", "7"], ["0.1", "0.10000000000000001"]),
+    # and what rounds to zero is not above or below it
+    (PositiveFloat, ["1e-300", "0.5", "2e+300", "1.7976931348623157e308"], ["1e-400", "0", "-1e-5"]),
+    (NegativeFloat, ["-1e-300", "-3"], ["-1e-400", "-0.0", "-2e-324"]),
+    (confloat(gt=0, lt=1), ["0.5", "0." + "0" * 300 + "1"], ["0." + "0" * 400 + "1", "0.99999999999999999999"]),
+    # and bounded numbers do not overflow either
+    (confloat(gt=0.5, allow_inf_nan=False), ["1" + "0" * 300, "0.75"], ["1" + "0" * 400, "0.5"]),
+])
+def test_bounds_hold_for_the_double_pydantic_reads(tp, good, bad) -> None:
+    g = Grammar.from_type(tp)
+    adapter = pydantic.TypeAdapter(tp)
+    for text in good:
+        assert g.matches(text), text
+        adapter.validate_json(text)
+    for text in bad:
+        assert not g.matches(text), text
+        with pytest.raises(pydantic.ValidationError):
+            adapter.validate_json(text)
+    rng = random.Random(11)
+    for _ in range(200):
+        adapter.validate_json(random_text(g.rules, g.root, rng))
+
+
+def test_multiples_are_kept_on_unbounded_pydantic_numbers() -> None:
+    """The digit cap against overflow made the ``multipleOf`` automaton too large: it was dropped."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = Grammar.from_type(confloat(multiple_of=0.5))
+    assert g.matches("2.5") and g.matches("-3") and not g.matches("0.3")
+
+
+def test_numbers_up_to_the_largest_double_are_accepted() -> None:
+    """``1.f e308``: accepted exactly when it parses to a finite double, for f of up to 16 digits
+    (every repr); longer ones only when finite."""
+    g = Grammar.from_type(FiniteFloat)
+    rng = random.Random(3)
+    top = "7976931348623158"
+    texts = ["1e308", "1.7976931348623157e+308", "1.7976931348623158e308", "1.7976931348623159e308",
+             "1.79769313486231580793e308", "1.797693134862315807937e308", "1.8e308", "2e308", "-1.79e+308"]
+    for _ in range(400):
+        k = rng.randrange(1, 22)
+        cut = rng.randrange(0, min(k, 16) + 1)
+        f = top[:cut] + "".join(rng.choice("0123456789") for _ in range(k - cut))
+        texts.append(f"1.{f}e308")
+    exact = 0
+    for text in texts:
+        finite = abs(float(text)) != float("inf")
+        if g.matches(text):
+            assert finite, text
+        elif len(text.split("e")[0].lstrip("-")) <= 18:        # "1." and up to 16 digits: exact
+            assert not finite, text
+            exact += 1
+    assert exact > 50
 
 
 @pytest.mark.parametrize("text, ok", [

@@ -19,28 +19,10 @@ from collections.abc import Callable
 
 from halter.grammar.ast import (MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat, RuleRef,
                                 Seq, alt, merge_ranges)
+from halter.schemas.digits import DIGIT, HEX, NONZERO, cat, fixed_width_range  # noqa: F401 - re-exported
 from halter.schemas.rules import Rules
 
 
-def cat(*items: Expr) -> Expr:
-    """A sequence like ``ast.seq``, with adjacent literals merged (``"0" "0"`` -> ``"00"``)."""
-    flat: list[Expr] = []
-    for it in items:
-        for x in (it.items if isinstance(it, Seq) else (it,)):
-            if isinstance(x, Literal):
-                if x.text == "":
-                    continue
-                if flat and isinstance(flat[-1], Literal):
-                    flat[-1] = Literal(flat[-1].text + x.text)
-                    continue
-            flat.append(x)
-    if not flat:
-        return Literal("")
-    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
-
-HEX = CharClass(((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)))
-DIGIT = CharClass(((0x30, 0x39),))
-NONZERO = CharClass(((0x31, 0x39),))
 _SHORT = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
 # code points that may appear raw inside a JSON string
 _RAW = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, MAX_CODE_POINT))
@@ -49,6 +31,55 @@ _UESC = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0xD7FF), (0xE000, 0xFF
 
 FINITE_DIGITS = 200
 """Digits before the point of a number that must not overflow a double (see ``JsonText.number``)."""
+
+
+OVERFLOW_DIGITS = str(2 ** 1024 - 2 ** 970)[1:17]
+"""The fraction digits of ``1.f e308`` where parsing a double overflows, to 16 places: from
+2**1024 - 2**970 (the largest double plus half its last step, which rounds to infinity) on."""
+
+
+def _below_overflow(i: int) -> Expr:
+    """Fraction digits ``f`` (from place ``i``) with ``1.f e308`` below the overflow, written with
+    at most 17 significant digits past a common prefix, as every ``repr`` is: a smaller digit
+    than ``OVERFLOW_DIGITS`` at some place (anything after it), or a prefix of them."""
+    limit = int(OVERFLOW_DIGITS[i])
+    parts = [cat(CharClass(((0x30, 0x30 + limit - 1),)), Repeat(DIGIT, 0, None))] if limit else []
+    rest = Literal("") if i + 1 == len(OVERFLOW_DIGITS) else alt(Literal(""), _below_overflow(i + 1))
+    return alt(*parts, cat(Literal(OVERFLOW_DIGITS[i]), rest))
+
+
+def finite_magnitude(nonzero: bool = False, exponents: bool = True) -> Expr:
+    """Unsigned JSON numbers a double holds without overflowing, every ``repr`` of a finite float
+    among them: at most ``FINITE_DIGITS`` digits before the point with a negative exponent or one
+    of up to two digits (< 10^299), or one digit before the point with an exponent up to 307, or
+    ``1.f`` with 308 below where a double overflows (``_below_overflow``).
+
+    ``nonzero``: only those that do not round to zero either (anything under 2^-1075, ~2.5e-324,
+    does), as a strict zero bound needs (Pydantic reads ``1e-400`` as 0.0, not above 0): a
+    non-zero digit, negative exponents up to 307 and at most 15 zeros after ``0.`` (so the value
+    is at least 1e-323; ``repr`` writes 1e-05 and smaller in exponent notation). ``exponents=False``:
+    decimal notation only (what ``multipleOf`` automata read).
+    """
+    e = CharClass(((0x45, 0x45), (0x65, 0x65)))
+    plus = Repeat(Literal("+"), 0, 1)
+    frac = Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1)
+    positive = cat(e, plus, Repeat(DIGIT, 1, 2))
+    if nonzero:
+        negative = cat(e, Literal("-"), Repeat(Literal("0"), 0, None),
+                       alt(Repeat(DIGIT, 1, 2), cat(CharClass(((0x31, 0x32),)), DIGIT, DIGIT),
+                           cat(Literal("30"), CharClass(((0x30, 0x37),)))))
+        exponent = Repeat(alt(negative, positive), 0, 1) if exponents else Literal("")
+        small = alt(cat(Literal("0."), Repeat(Literal("0"), 0, 15), NONZERO, Repeat(DIGIT, 0, None), exponent),
+                    cat(NONZERO, Repeat(DIGIT, 0, FINITE_DIGITS - 1), frac, exponent))
+    else:
+        exponent = Repeat(alt(cat(e, Literal("-"), Repeat(DIGIT, 1, None)), positive), 0, 1)
+        small = cat(finite_uint(), frac, exponent if exponents else Literal(""))
+    if not exponents:
+        return small
+    big = cat(NONZERO, frac, e, plus, alt(cat(CharClass(((0x30, 0x32),)), DIGIT, DIGIT),
+                                          cat(Literal("30"), CharClass(((0x30, 0x37),)))))
+    top = cat(Literal("1"), Repeat(cat(Literal("."), _below_overflow(0)), 0, 1), e, plus, Literal("308"))
+    return alt(small, big, top)
 
 
 def finite_uint() -> Expr:
@@ -74,51 +105,6 @@ def _intersect(a, b) -> list[tuple[int, int]]:
         else:
             j += 1
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# fixed-width digit ranges (shared with numbers.py)
-
-def digit_class(lo: int, hi: int, base: int) -> Expr:
-    """Digits with values lo..hi in ``base`` (hex letters in both cases)."""
-    ranges = []
-    for v in range(lo, hi + 1):
-        if v < 10:
-            ranges.append((0x30 + v, 0x30 + v))
-        else:
-            ranges.append((0x41 + v - 10, 0x41 + v - 10))
-            ranges.append((0x61 + v - 10, 0x61 + v - 10))
-    merged = tuple(merge_ranges(ranges))
-    if len(merged) == 1 and merged[0][0] == merged[0][1]:
-        return Literal(chr(merged[0][0]))
-    return CharClass(merged)
-
-
-def fixed_width_range(lo: int, hi: int, width: int, base: int = 10) -> Expr:
-    """Exactly-``width``-digit strings (leading zeros allowed) whose value is in lo..hi."""
-    if width == 0:
-        return Literal("")
-    p = base ** (width - 1)
-    top_lo, top_hi = lo // p, hi // p
-    rest_lo, rest_hi = lo % p, hi % p
-    if top_lo == top_hi:
-        return cat(digit_class(top_lo, top_lo, base), fixed_width_range(rest_lo, rest_hi, width - 1, base))
-    parts = []
-    first, last = top_lo, top_hi
-    if rest_lo != 0:
-        parts.append(cat(digit_class(top_lo, top_lo, base), fixed_width_range(rest_lo, p - 1, width - 1, base)))
-        first += 1
-    tail = None
-    if rest_hi != p - 1:
-        tail = cat(digit_class(top_hi, top_hi, base), fixed_width_range(0, rest_hi, width - 1, base))
-        last -= 1
-    if first <= last:
-        any_digit = digit_class(0, base - 1, base)
-        rest = Repeat(any_digit, width - 1, width - 1) if width > 2 else (any_digit if width == 2 else Literal(""))
-        parts.append(cat(digit_class(first, last, base), rest))
-    if tail is not None:
-        parts.append(tail)
-    return alt(*parts)
 
 
 def _hex4(ranges) -> Expr:
@@ -278,26 +264,13 @@ class JsonText:
                    Repeat(DIGIT, 1, None))
 
     def number(self) -> Expr:
-        """Any JSON number; with ``finite_numbers`` only those a double holds without overflowing.
-
-        Finite: at most ``FINITE_DIGITS`` digits before the point with a negative exponent or one
-        of up to two digits (< 10^299), or one digit before the point with an exponent up to 307,
-        or ``1.x`` (x < 7) with 308: every ``repr`` of a finite float but those of 1.7e308 and up.
-        """
+        """Any JSON number; with ``finite_numbers`` only those a double holds without overflowing
+        (``finite_magnitude``)."""
         sign = Repeat(Literal("-"), 0, 1)
         if not self.finite_numbers:
             return self.rules.fixed("json-number", cat(sign, self.uint(), Repeat(self.fraction(), 0, 1),
                                                        Repeat(self.exponent(), 0, 1)))
-        e = CharClass(((0x45, 0x45), (0x65, 0x65)))
-        plus = Repeat(Literal("+"), 0, 1)
-        frac = Repeat(self.fraction(), 0, 1)
-        d = DIGIT
-        small = cat(finite_uint(), frac, Repeat(alt(cat(e, Literal("-"), Repeat(d, 1, None)),
-                                                    cat(e, plus, Repeat(d, 1, 2))), 0, 1))
-        big = cat(NONZERO, frac, e, plus, alt(cat(CharClass(((0x30, 0x32),)), d, d), cat(Literal("30"), CharClass(((0x30, 0x37),)))))
-        top = cat(Literal("1"), Repeat(cat(Literal("."), CharClass(((0x30, 0x36),)), Repeat(d, 0, None)), 0, 1),
-                  e, plus, Literal("308"))
-        return self.rules.fixed("json-number", cat(sign, alt(small, big, top)))
+        return self.rules.fixed("json-number", cat(sign, finite_magnitude()))
 
     def integer(self) -> Expr:
         """A JSON number whose value is an integer: ``-?int`` with optional ``.0``s (no exponent;

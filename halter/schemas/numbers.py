@@ -12,7 +12,9 @@ import math
 from decimal import Decimal
 
 from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
-from halter.schemas.json_text import DIGIT, NONZERO, cat, digit_class, fixed_width_range
+from halter.schemas.digits import (DIGIT, FLAT_WIDTH, NONZERO, cat, digit_class, fixed_width_range,
+                                   flat_fraction)
+from halter.schemas.json_text import finite_magnitude
 
 ZERO_FRACTION = Repeat(cat(Literal("."), Repeat(Literal("0"), 1, None)), 0, 1)
 _FRACTION = Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1)
@@ -31,11 +33,13 @@ def uint_range(lo: int, hi: int | None) -> Expr | None:
     parts = []
     w_lo = len(str(lo))
     w_hi = len(str(hi)) if hi is not None else w_lo
-    for w in range(w_lo, w_hi + 1):
+    for w in sorted({w_lo, w_hi}):
         a = max(lo, 10 ** (w - 1) if w > 1 else 0)
         b = 10 ** w - 1 if hi is None else min(hi, 10 ** w - 1)
         if a <= b:
             parts.append(fixed_width_range(a, b, w))
+    if w_hi - w_lo > 1:    # every number of a width in between
+        parts.append(cat(NONZERO, Repeat(DIGIT, w_lo, w_hi - 2)))
     if hi is None:     # any longer number
         parts.append(cat(NONZERO, Repeat(DIGIT, w_lo, None)))
     return alt(*parts)
@@ -85,6 +89,8 @@ def _frac(lower, upper) -> tuple[bool, Expr | None]:
     if upper is None and lower == ("", True):
         return False, cat(Repeat(Literal("0"), 0, None), CharClass(((0x31, 0x39),)), Repeat(DIGIT, 0, None))
     empty_ok = _empty_ok(lower, upper)
+    if max(len(b[0]) for b in (lower, upper) if b is not None) > FLAT_WIDTH:
+        return empty_ok, flat_fraction(lower, upper)
     groups: dict = {}
     for d in range(10):
         nl = _step(lower, d, is_lower=True)
@@ -178,10 +184,38 @@ def _with_frac(whole: Expr, empty: bool, rest: Expr | None) -> Expr | None:
     return cat(whole, Repeat(frac, 0, 1)) if empty else cat(whole, frac)
 
 
-def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool) -> Expr | None:
-    """JSON number texts between two decimal bounds (None = unbounded); None if empty."""
+def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
+                 finite: bool = False, exponents: bool = True) -> Expr | None:
+    """JSON number texts between two decimal bounds (None = unbounded); None if empty.
+
+    ``finite``: bounds as Pydantic checks them (``JsonText.finite_numbers``): texts whose double
+    meets the bounds (``_double_bounds``), below 10^308 in magnitude, and with a lone zero bound
+    the exponent spellings of ``finite_magnitude`` (a strict one keeps out what rounds to zero).
+    ``exponents=False`` is for ``multipleOf``, whose automata read decimal notation only: no
+    exponents and no digit cap (it would multiply their states by 308), so more than 308 digits
+    before the point, which overflow, are not kept out there."""
     if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
         return None
+    if finite and exponents and ((hi is None and lo == 0) or (lo is None and hi == 0)):
+        zero = cat(Literal("-0" if lo == 0 else "0"), ZERO_FRACTION, Repeat(EXPONENT, 0, 1))
+        if lo == 0:
+            return finite_magnitude(True) if lo_strict else alt(finite_magnitude(), zero)
+        negative = cat(Literal("-"), finite_magnitude(hi_strict))
+        return negative if hi_strict else alt(negative, zero)
+    if finite:
+        cap = Decimal(10) ** 308
+        if exponents:             # (a cap would multiply a multipleOf automaton's states by 308)
+            if hi is None or hi >= cap:
+                hi, hi_strict = cap, True
+            if lo is None or lo <= -cap:
+                lo, lo_strict = -cap, True
+        if (lo is not None and lo >= cap) or (hi is not None and hi <= -cap):
+            return None
+        if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
+            return None
+        lo, lo_strict, hi, hi_strict = _double_bounds(lo, lo_strict, hi, hi_strict)
+        if lo is not None and hi is not None and lo > hi:
+            return None
     if (hi is None and lo == 0) or (lo is None and hi == 0):     # sign-only bound: exponents are safe
         if lo == 0:
             mantissa = _NONZERO_MANTISSA if lo_strict else alt(_MANTISSA, cat(Literal("-0"), ZERO_FRACTION))
@@ -209,6 +243,28 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
     return alt(*parts) if parts else None
 
 
+def _double_bounds(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool
+                   ) -> tuple[Decimal | None, bool, Decimal | None, bool]:
+    """Bounds on a number's text that keep the double it parses to within the given bounds.
+
+    A text near a bound can round onto it (``0.99999999999999999`` is 1.0, not below 1). The
+    doubles allowed run from the least one meeting the lower bound to the greatest meeting the upper
+    one; texts between their shortest spellings (``repr``) parse into that run, as parsing rounds
+    monotonically. So every ``repr`` of an allowed double is accepted, and only longer spellings
+    within half a step of an end are refused."""
+    def nearest_double(x: Decimal | None, up: bool, strict: bool) -> Decimal | None:
+        if x is None:
+            return None
+        f = float(x)
+        d = Decimal(f)
+        if up and (d < x or (strict and d == x)):
+            f = math.nextafter(f, math.inf)
+        elif not up and (d > x or (strict and d == x)):
+            f = math.nextafter(f, -math.inf)
+        return Decimal(repr(f))
+    return nearest_double(lo, True, lo_strict), False, nearest_double(hi, False, hi_strict), False
+
+
 def integer_bounds(schema: dict) -> tuple[int | None, int | None]:
     """The integer interval allowed by minimum/maximum/exclusive* (draft 4 booleans included)."""
     lo, hi = None, None
@@ -227,17 +283,21 @@ def integer_bounds(schema: dict) -> tuple[int | None, int | None]:
     return lo, hi
 
 
-def decimal_bounds(schema: dict) -> tuple[Decimal | None, bool, Decimal | None, bool]:
-    """(lo, lo_strict, hi, hi_strict) for a number schema, tightest bound winning."""
+def decimal_bounds(schema: dict, exact: bool = False) -> tuple[Decimal | None, bool, Decimal | None, bool]:
+    """(lo, lo_strict, hi, hi_strict) for a number schema, tightest bound winning.
+
+    A bound means the decimal number its JSON text spells (``0.1`` is one tenth), or with ``exact``
+    the double Pydantic compares with (it holds bounds as floats): 0.1000000000000000055... for
+    ``gt=0.1``, and 1e30 as a double (1000000000000000019884624838656) for ``le=10**30``."""
     lo, ls, hi, hs = None, False, None, False
     def tighten_lo(v, strict):
         nonlocal lo, ls
-        v = Decimal(str(v))
+        v = _bound_value(v, exact)
         if lo is None or v > lo or (v == lo and strict):
             lo, ls = v, strict
     def tighten_hi(v, strict):
         nonlocal hi, hs
-        v = Decimal(str(v))
+        v = _bound_value(v, exact)
         if hi is None or v < hi or (v == hi and strict):
             hi, hs = v, strict
     if _num(schema.get("minimum")):
@@ -251,5 +311,14 @@ def decimal_bounds(schema: dict) -> tuple[Decimal | None, bool, Decimal | None, 
     return lo, ls, hi, hs
 
 
+def _bound_value(v: int | float, exact: bool) -> Decimal:
+    if not exact:
+        return Decimal(str(v))
+    try:
+        return Decimal(float(v))
+    except OverflowError:            # an int past any double: kept whole, beyond every number
+        return Decimal(v)
+
+
 def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or math.isfinite(v))

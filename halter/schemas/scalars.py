@@ -119,19 +119,19 @@ def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
 
 
 def number_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
-    lo, ls, hi, hs = decimal_bounds(s)
+    lo, ls, hi, hs = decimal_bounds(s, exact=conv.js.finite_numbers)
     factors = _factors(conv, s, ptr)
     if s.get("x-halter-fraction"):
         if not factors and lo is None and hi is None:
             return _fraction_number(conv)
         factors.append(Fraction())
     bounded = lo is not None or hi is not None
-    base = number_range(lo, ls, hi, hs) if bounded else None
+    base = number_range(lo, ls, hi, hs, conv.js.finite_numbers, exponents=not factors) if bounded else None
     if bounded and base is None:
         return None
     if not factors:
         return base if bounded else conv.js.number()
-    unbounded = FINITE_DECIMAL_TEXT if conv.js.finite_numbers else DECIMAL_TEXT
+    unbounded = DECIMAL_TEXT          # (a digit cap, even for Pydantic, would make the automaton too large)
     return _product(conv, s, ptr, base if bounded else unbounded, factors)
 
 
