@@ -234,7 +234,7 @@ def test_dumps_of_values_of_a_type_are_accepted(tp, values) -> None:
     for value in values:
         text = adapter.dump_json(value).decode()
         assert g.matches(text), text
-        assert g.matches(json.dumps(json.loads(text), ensure_ascii=True)) or "\\u" not in text, text
+        assert g.matches(json.dumps(json.loads(text))), text         # as json.dumps writes it: \uXXXX escapes, spaces
 
 
 @pytest.mark.parametrize("tp, good, bad", [
