@@ -79,17 +79,22 @@ def fixed_width_range(lo: int, hi: int, width: int, base: int = 10) -> Expr:
     return alt(*parts)
 
 
-def digit_string(digits: str) -> Expr:
-    """``digits`` literally, with runs of 8 or more of one digit as counted repeats (bounds like
-    5e-324 are hundreds of zeros long)."""
-    parts, i = [], 0
+def _runs(digits: str, start: int = 0):
+    """(start, end) of each run of one digit in ``digits[start:]``."""
+    i = start
     while i < len(digits):
         j = i
         while j < len(digits) and digits[j] == digits[i]:
             j += 1
-        parts.append(Repeat(Literal(digits[i]), j - i, j - i) if j - i >= 8 else Literal(digits[i:j]))
+        yield i, j
         i = j
-    return cat(*parts) if parts else Literal("")
+
+
+def digit_string(digits: str) -> Expr:
+    """``digits`` literally, with runs of 8 or more of one digit as counted repeats (bounds like
+    5e-324 are hundreds of zeros long)."""
+    return cat(*(Repeat(Literal(digits[i]), j - i, j - i) if j - i >= 8 else Literal(digits[i:j])
+                 for i, j in _runs(digits)))
 
 
 def flat_range(lo: int, hi: int, width: int) -> Expr:
@@ -128,20 +133,10 @@ def flat_fraction(lower, upper) -> Expr | None:
     places of a run of one digit (the zeros of 1e-300) share one alternative."""
     free, zeros = Repeat(DIGIT, 0, None), Repeat(Literal("0"), 0, None)
 
-    def runs(digits: str, start: int = 0):
-        """(start, end) of each run of one digit in ``digits[start:]``."""
-        i = start
-        while i < len(digits):
-            j = i
-            while j < len(digits) and digits[j] == digits[i]:
-                j += 1
-            yield i, j
-            i = j
-
     def at_some_place(digits: str, up: bool) -> list[Expr]:
         """Fractions equal to ``digits`` up to some place and larger (``up``) or smaller there."""
         parts = []
-        for i, j in runs(digits):
+        for i, j in _runs(digits):
             d = int(digits[i])
             lo_d, hi_d = (d + 1, 9) if up else (0, d - 1)
             if lo_d <= hi_d:
@@ -163,7 +158,7 @@ def flat_fraction(lower, upper) -> Expr | None:
         parts = at_some_place(high, False)
         parts.append(Repeat(Literal("0"), 1 if whole else 0, None))           # shorter: smaller
         parts += [cat(digit_string(high[:i]), up_to(high[i], j - i - 1), zeros)
-                  for i, j in runs(high, 1)]                                # high[:i], i >= 1
+                  for i, j in _runs(high, 1)]                                # high[:i], i >= 1
         if not strict:
             parts.append(cat(digit_string(high), zeros))
         return alt(*parts)

@@ -48,7 +48,7 @@ def _below_overflow(i: int) -> Expr:
     return alt(*parts, cat(Literal(OVERFLOW_DIGITS[i]), rest))
 
 
-def finite_magnitude(nonzero: bool = False, exponents: bool = True) -> Expr:
+def finite_magnitude(nonzero: bool = False) -> Expr:
     """Unsigned JSON numbers a double holds without overflowing, every ``repr`` of a finite float
     among them: at most ``FINITE_DIGITS`` digits before the point with a negative exponent or one
     of up to two digits (< 10^299), or one digit before the point with an exponent up to 307, or
@@ -57,8 +57,7 @@ def finite_magnitude(nonzero: bool = False, exponents: bool = True) -> Expr:
     ``nonzero``: only those that do not round to zero either (anything under 2^-1075, ~2.5e-324,
     does), as a strict zero bound needs (Pydantic reads ``1e-400`` as 0.0, not above 0): a
     non-zero digit, negative exponents up to 307 and at most 15 zeros after ``0.`` (so the value
-    is at least 1e-323; ``repr`` writes 1e-05 and smaller in exponent notation). ``exponents=False``:
-    decimal notation only (what ``multipleOf`` automata read).
+    is at least 1e-323; ``repr`` writes 1e-05 and smaller in exponent notation).
     """
     e = CharClass(((0x45, 0x45), (0x65, 0x65)))
     plus = Repeat(Literal("+"), 0, 1)
@@ -68,14 +67,11 @@ def finite_magnitude(nonzero: bool = False, exponents: bool = True) -> Expr:
         negative = cat(e, Literal("-"), Repeat(Literal("0"), 0, None),
                        alt(Repeat(DIGIT, 1, 2), cat(CharClass(((0x31, 0x32),)), DIGIT, DIGIT),
                            cat(Literal("30"), CharClass(((0x30, 0x37),)))))
-        exponent = Repeat(alt(negative, positive), 0, 1) if exponents else Literal("")
+        exponent = Repeat(alt(negative, positive), 0, 1)
         small = alt(cat(Literal("0."), Repeat(Literal("0"), 0, 15), NONZERO, Repeat(DIGIT, 0, None), exponent),
                     cat(NONZERO, Repeat(DIGIT, 0, FINITE_DIGITS - 1), frac, exponent))
     else:
-        exponent = Repeat(alt(cat(e, Literal("-"), Repeat(DIGIT, 1, None)), positive), 0, 1)
-        small = cat(finite_uint(), frac, exponent if exponents else Literal(""))
-    if not exponents:
-        return small
+        small = cat(finite_uint(), frac, Repeat(alt(cat(e, Literal("-"), Repeat(DIGIT, 1, None)), positive), 0, 1))
     big = cat(NONZERO, frac, e, plus, alt(cat(CharClass(((0x30, 0x32),)), DIGIT, DIGIT),
                                           cat(Literal("30"), CharClass(((0x30, 0x37),)))))
     top = cat(Literal("1"), Repeat(cat(Literal("."), _below_overflow(0)), 0, 1), e, plus, Literal("308"))

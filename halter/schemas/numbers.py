@@ -185,18 +185,17 @@ def _with_frac(whole: Expr, empty: bool, rest: Expr | None) -> Expr | None:
 
 
 def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
-                 finite: bool = False, exponents: bool = True) -> Expr | None:
+                 finite: bool = False) -> Expr | None:
     """JSON number texts between two decimal bounds (None = unbounded); None if empty.
 
-    ``finite``: bounds as Pydantic checks them (``JsonText.finite_numbers``): texts whose double
-    meets the bounds (``_double_bounds``), below 10^308 in magnitude, and with a lone zero bound
-    the exponent spellings of ``finite_magnitude`` (a strict one keeps out what rounds to zero).
-    ``exponents=False`` is for ``multipleOf``, whose automata read decimal notation only: no
-    exponents and no digit cap (it would multiply their states by 308), so more than 308 digits
-    before the point, which overflow, are not kept out there."""
+    ``finite``: bounds as Pydantic checks them (``JsonText.finite_numbers``; not with
+    ``multipleOf``, whose automata read short decimal texts and would grow past their limit):
+    texts whose double meets the bounds (``_double_bounds``), below 10^308 in magnitude, and
+    with a lone zero bound the exponent spellings of ``finite_magnitude`` (a strict one keeps
+    out what rounds to zero)."""
     if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
         return None
-    if finite and exponents and ((hi is None and lo == 0) or (lo is None and hi == 0)):
+    if finite and ((hi is None and lo == 0) or (lo is None and hi == 0)):
         zero = cat(Literal("-0" if lo == 0 else "0"), ZERO_FRACTION, Repeat(EXPONENT, 0, 1))
         if lo == 0:
             return finite_magnitude(True) if lo_strict else alt(finite_magnitude(), zero)
@@ -204,17 +203,14 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
         return negative if hi_strict else alt(negative, zero)
     if finite:
         cap = Decimal(10) ** 308
-        if exponents:             # (a cap would multiply a multipleOf automaton's states by 308)
-            if hi is None or hi >= cap:
-                hi, hi_strict = cap, True
-            if lo is None or lo <= -cap:
-                lo, lo_strict = -cap, True
-        if (lo is not None and lo >= cap) or (hi is not None and hi <= -cap):
-            return None
-        if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
+        if hi is None or hi >= cap:
+            hi, hi_strict = cap, True
+        if lo is None or lo <= -cap:
+            lo, lo_strict = -cap, True
+        if lo > hi or (lo == hi and (lo_strict or hi_strict)):
             return None
         lo, lo_strict, hi, hi_strict = _double_bounds(lo, lo_strict, hi, hi_strict)
-        if lo is not None and hi is not None and lo > hi:
+        if lo > hi:
             return None
     if (hi is None and lo == 0) or (lo is None and hi == 0):     # sign-only bound: exponents are safe
         if lo == 0:
@@ -243,8 +239,7 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
     return alt(*parts) if parts else None
 
 
-def _double_bounds(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool
-                   ) -> tuple[Decimal | None, bool, Decimal | None, bool]:
+def _double_bounds(lo: Decimal, lo_strict: bool, hi: Decimal, hi_strict: bool) -> tuple[Decimal, bool, Decimal, bool]:
     """Bounds on a number's text that keep the double it parses to within the given bounds.
 
     A text near a bound can round onto it (``0.99999999999999999`` is 1.0, not below 1). The
@@ -252,9 +247,7 @@ def _double_bounds(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_s
     one; texts between their shortest spellings (``repr``) parse into that run, as parsing rounds
     monotonically. So every ``repr`` of an allowed double is accepted, and only longer spellings
     within half a step of an end are refused."""
-    def nearest_double(x: Decimal | None, up: bool, strict: bool) -> Decimal | None:
-        if x is None:
-            return None
+    def nearest_double(x: Decimal, up: bool, strict: bool) -> Decimal:
         f = float(x)
         d = Decimal(f)
         if up and (d < x or (strict and d == x)):

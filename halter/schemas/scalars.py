@@ -16,7 +16,7 @@ from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas import merge as merging
 from halter.schemas.json_text import cat
 from halter.schemas.decimal_dfa import Fraction, Multiple, TooLarge, intersect, multiple_factor
-from halter.schemas.json_text import DIGIT, NEVER, NONZERO, finite_uint
+from halter.schemas.json_text import DIGIT, NEVER, NONZERO
 from halter.schemas.numbers import ZERO_FRACTION, decimal_bounds, integer_bounds, integer_range, number_range
 from halter.schemas.refs import DEFAULT_BASE
 
@@ -119,19 +119,20 @@ def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
 
 
 def number_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
-    lo, ls, hi, hs = decimal_bounds(s, exact=conv.js.finite_numbers)
     factors = _factors(conv, s, ptr)
+    exact = conv.js.finite_numbers and not factors     # bounds on the double, as Pydantic checks them
+    lo, ls, hi, hs = decimal_bounds(s, exact=exact)
     if s.get("x-halter-fraction"):
         if not factors and lo is None and hi is None:
             return _fraction_number(conv)
         factors.append(Fraction())
     bounded = lo is not None or hi is not None
-    base = number_range(lo, ls, hi, hs, conv.js.finite_numbers, exponents=not factors) if bounded else None
+    base = number_range(lo, ls, hi, hs, finite=exact) if bounded else None
     if bounded and base is None:
         return None
     if not factors:
         return base if bounded else conv.js.number()
-    unbounded = DECIMAL_TEXT          # (a digit cap, even for Pydantic, would make the automaton too large)
+    unbounded = DECIMAL_TEXT          # (a digit cap against overflow would make the automaton too large)
     return _product(conv, s, ptr, base if bounded else unbounded, factors)
 
 
@@ -139,7 +140,6 @@ _DIGITS = alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None)))
 INTEGER_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS, ZERO_FRACTION)
 WHOLE_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS)          # integers without a zero fraction
 DECIMAL_TEXT = cat(Repeat(Literal("-"), 0, 1), _DIGITS, Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1))
-FINITE_DECIMAL_TEXT = cat(Repeat(Literal("-"), 0, 1), finite_uint(), Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1))
 
 
 _TOO_LARGE = "the divisibility automaton would be too large (divisor p/10^k with p*(k+1) > 1000)"
