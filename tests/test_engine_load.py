@@ -156,3 +156,32 @@ def test_tensor_layout_matches_gguf_reader(tiny_gguf_dir: str) -> None:
         info = infos[t.name]
         assert info.shape == tuple(int(d) for d in reversed(t.shape.tolist()))
         assert (info.type, info.offset, info.n_bytes) == (int(t.tensor_type), t.data_offset, int(t.n_bytes))
+
+
+def test_random_model_with_a_real_tokenizer(tmp_path) -> None:
+    """``build_tiny_gguf(vocab=path)`` copies a vocabulary file's tokenizer: same token bytes, same
+    ids from the tokenizer as llama.cpp's test vectors, logits over the whole vocabulary."""
+    from halter.engine import build_tiny_gguf
+    from halter.grammar import Vocabulary
+    from tests.conftest import shared_path
+    from tests.gguf_files import read_test_vectors
+
+    src = shared_path("vocab", "ggml-vocab-llama-spm.gguf")
+    path = build_tiny_gguf(tmp_path / "spm.gguf", vocab=src, seed=2)
+    assert Vocabulary.from_gguf(path).token_bytes == Vocabulary.from_gguf(src).token_bytes
+    model = Model.load(path, device="cpu")
+    assert model.n_vocab == 32000
+    vectors = read_test_vectors(src.parent, "llama-spm")
+    assert len(vectors) > 30
+    for text, want in vectors:
+        assert model.tokenizer.encode(text, add_bos=False) == want, text
+    assert model.logits([1, 15043]).shape[-1] == 32000
+
+
+def test_random_model_vocab_must_be_a_gguf_tokenizer(tmp_path) -> None:
+    from halter.engine import build_tiny_gguf
+
+    bad = tmp_path / "not.gguf"
+    bad.write_bytes(b"nope")
+    with pytest.raises(ValueError, match="not.gguf"):
+        build_tiny_gguf(tmp_path / "m.gguf", vocab=bad)

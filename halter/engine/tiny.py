@@ -114,6 +114,25 @@ def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return (w.reshape(n_head, 2, head_dim // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
 
 
+def _tokenizer_fields(path: str | os.PathLike[str]) -> dict[str, tuple]:
+    """The ``tokenizer.*`` fields of the GGUF file at ``path``: key -> (value, type, item type)."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(os.fspath(path))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"vocab: cannot read {os.fspath(path)!r} as a GGUF file: {exc}") from exc
+    fields = {}
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            vtype = field.types[0]
+            sub_type = field.types[1] if vtype == gguf.GGUFValueType.ARRAY and len(field.types) > 1 else None
+            fields[key] = (field.contents(), vtype, sub_type)
+    if "tokenizer.ggml.tokens" not in fields:
+        raise ValueError(f"vocab: {os.fspath(path)!r} has no tokenizer.ggml.tokens field")
+    return fields
+
+
 def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_layer: int = 2,
                     n_embd: int = 64, n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128,
                     dtype: str = "F32", seed: int = 0, vocab: str = "bytes", n_ctx_train: int = 2048,
@@ -123,18 +142,26 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
 
     ``dtype`` is the type of the 2-D weights (norms stay F32). ``tied_output`` defaults to
     False for llama and True for qwen2 (no ``output.weight``: logits use the embedding).
+    ``vocab`` is ``"bytes"`` (the tiny byte-level BPE vocabulary) or the path of a GGUF file whose
+    ``tokenizer.*`` fields are copied as they are (a vocabulary-only file such as llama.cpp's
+    ``ggml-vocab-*.gguf``): a random model with a real tokenizer, for benchmarks at real vocabulary
+    sizes. ``add_bos`` applies to the tiny vocabulary only.
     """
     import gguf
 
     if arch not in ("llama", "qwen2"):
         raise ValueError(f"arch must be 'llama' or 'qwen2', not {arch!r}")
-    if vocab != "bytes":
-        raise ValueError(f"vocab must be 'bytes' (the only built-in vocabulary), not {vocab!r}")
     if n_embd % n_head or n_head % n_head_kv or (n_embd // n_head) % 2:
         raise ValueError("n_embd must split into n_head even-sized heads, n_head into n_head_kv groups")
     tied = (arch == "qwen2") if tied_output is None else tied_output
-    tokens, types, merges = tiny_vocab()
-    n_vocab, head_dim = len(tokens), n_embd // n_head
+    if vocab == "bytes":
+        tokens, types, merges = tiny_vocab()
+        tokenizer_fields = None
+        n_vocab = len(tokens)
+    else:
+        tokenizer_fields = _tokenizer_fields(vocab)
+        n_vocab = len(tokenizer_fields["tokenizer.ggml.tokens"][0])
+    head_dim = n_embd // n_head
     rng = np.random.default_rng(seed)
 
     def normal(*shape: int, std: float) -> np.ndarray:
@@ -154,14 +181,18 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
         w.add_rope_dimension_count(head_dim)
     w.add_vocab_size(n_vocab)
     w.add_file_type(0 if dtype == "F32" else 1 if dtype == "F16" else 7)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(n_vocab - 2)
-    w.add_eos_token_id(n_vocab - 1)
-    w.add_add_bos_token(add_bos)
+    if tokenizer_fields is None:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(n_vocab - 2)
+        w.add_eos_token_id(n_vocab - 1)
+        w.add_add_bos_token(add_bos)
+    else:
+        for key, (value, vtype, sub_type) in tokenizer_fields.items():
+            w.add_key_value(key, value, vtype, sub_type)
 
     def put(name: str, t: np.ndarray) -> None:
         data, raw = _encode(t, dtype)
