@@ -165,3 +165,61 @@ def test_divisor_automaton_too_large_for_the_engine_is_dropped():
     """Divisibility by 256 needs 66 states: beyond MAX_RULES, so it is reported (as before)."""
     with pytest.raises(UnsupportedSchemaError, match="multipleOf"):
         json_schema_to_gbnf({"type": "integer", "multipleOf": 256}, strict=True)
+
+
+# ------------------------------------------------------------ bounds and exponent notation
+
+_BOUNDS = ["0", "1", "0.5", "-2.5", "150", "1e-10", "123.456", "-0.001", "1e20", "99.99", "-150", "7"]
+
+
+def _sci_texts(rng: random.Random, bounds: list[Decimal]) -> list[str]:
+    """Normalized exponent spellings (one nonzero digit before the point) near and between bounds."""
+    texts = []
+    for b in bounds:
+        for x in (b, -b, b * Decimal("1.0000001"), b * Decimal("0.9999999"), b * 10, b / 10):
+            if x:
+                texts += [f"{x:e}", f"{x:E}", f"{x:.0e}", f"{x:.12e}"]
+    for _ in range(30):
+        v = rng.choice([-1, 1]) * rng.uniform(1, 10) * 10.0 ** rng.randint(-14, 22)
+        texts += [json.dumps(v), f"{v:e}", repr(v), f"{v:.3E}"]
+    texts += ["0e0", "-0.0E+5", "1e-0005", "1E+0", "1.50e2", "1e-400", "-1e-400", "9e999"]
+    return [t for t in texts if "e" in t.lower()]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bounded_numbers_take_normalized_exponent_spellings_exactly(seed) -> None:
+    """``json.dumps(1e-05)`` under ``minimum: 0, maximum: 1`` and every other normalized exponent
+    spelling is accepted exactly when its decimal value is within the bounds."""
+    rng = random.Random(seed)
+    for _ in range(5):
+        lo, hi = sorted(rng.sample(_BOUNDS, 2), key=Decimal)
+        kinds = rng.choice([("minimum", "maximum"), ("exclusiveMinimum", "exclusiveMaximum"),
+                            ("minimum", "exclusiveMaximum"), ("minimum", None), (None, "exclusiveMaximum")])
+        schema = {"type": "number"}
+        if kinds[0]:
+            schema[kinds[0]] = float(lo)
+        if kinds[1]:
+            schema[kinds[1]] = float(hi)
+        g = Grammar.from_json_schema(schema)
+        for text in _sci_texts(rng, [Decimal(lo), Decimal(hi)]):
+            v = Decimal(text)
+            ok = all([kinds[0] != "minimum" or v >= Decimal(lo), kinds[0] != "exclusiveMinimum" or v > Decimal(lo),
+                      kinds[1] != "maximum" or v <= Decimal(hi), kinds[1] != "exclusiveMaximum" or v < Decimal(hi)])
+            assert g.matches(text) == ok, (schema, text)
+
+
+def test_json_dumps_of_small_and_large_bounded_floats_round_trip() -> None:
+    g = Grammar.from_json_schema({"type": "object", "properties": {
+        "p": {"type": "number", "minimum": 0, "maximum": 1},
+        "w": {"type": "number", "exclusiveMinimum": -1e30, "maximum": 1e30}}})
+    for p, w in [(1e-05, -1.5e16), (5e-324, 1e+30), (1.0, 9.999e29), (0.0001, -2.5e-300)]:
+        text = json.dumps({"p": p, "w": w})
+        assert g.matches(text), text
+        assert g.matches(json.dumps({"p": p, "w": w}, separators=(",", ":")))
+    for bad in ['{"p": 1.0000001e0}', '{"p": -1e-05}', '{"w": -1e30}', '{"w": 1.0000000001e+30}']:
+        assert not g.matches(bad), bad
+
+
+def test_exponent_spellings_beside_a_divisor_stay_decimal_only() -> None:
+    g = Grammar.from_json_schema({"type": "number", "minimum": 0, "maximum": 10, "multipleOf": 0.5})
+    assert g.matches("2.5") and not g.matches("2.5e0")

@@ -244,7 +244,8 @@ def test_dumps_of_values_of_a_type_are_accepted(tp, values) -> None:
     # and what rounds to zero is not above or below it
     (PositiveFloat, ["1e-300", "0.5", "2e+300", "1.7976931348623157e308"], ["1e-400", "0", "-1e-5"]),
     (NegativeFloat, ["-1e-300", "-3"], ["-1e-400", "-0.0", "-2e-324"]),
-    (confloat(gt=0, lt=1), ["0.5", "0." + "0" * 300 + "1"], ["0." + "0" * 400 + "1", "0.99999999999999999999"]),
+    (confloat(gt=0, lt=1), ["0.5", "0." + "0" * 300 + "1", "1e-05", "9.999999999999999e-1", "5e-324"],
+     ["0." + "0" * 400 + "1", "0.99999999999999999999", "1e-400", "9.9999999999999999999e-1", "1e0"]),
     # and bounded numbers do not overflow either
     (confloat(gt=0.5, allow_inf_nan=False), ["1" + "0" * 300, "0.75"], ["1" + "0" * 400, "0.5"]),
 ])

@@ -1,10 +1,13 @@
 """Numeric bounds as grammars: exact digit-range grammars for integers and decimal numbers.
 
 ``integer_range(lo, hi)`` matches exactly the JSON integers in ``lo..hi`` (either end open), also
-spelled with a zero fraction (``3.0``) and ``-0``. ``number_range`` matches exactly the decimal
-numbers (no exponent) between two decimal bounds, inclusive or exclusive; bounded numbers are not
-accepted in exponent notation (documented departure), except when the only bound is zero
-(``minimum: 0``, ``exclusiveMaximum: 0``...: the sign alone decides).
+spelled with a zero fraction (``3.0``) and ``-0``. ``number_range`` matches exactly the numbers
+between two decimal bounds, inclusive or exclusive, written as decimals (``0.00001``) or in the
+exponent notation serializers write, one nonzero digit before the point (``1e-05``, ``2.5E+16``,
+``0e0`` for zero): that form puts a number's order of magnitude in its exponent, so a bound is an
+exponent range plus digit comparisons at the bound's own exponent. Other exponent spellings
+(``12.5e-3``, ``0.5e1``) of bounded numbers are refused (documented departure), except when the
+only bound is zero (``minimum: 0``, ``exclusiveMaximum: 0``...: the sign alone decides).
 """
 from __future__ import annotations
 
@@ -184,9 +187,77 @@ def _with_frac(whole: Expr, empty: bool, rest: Expr | None) -> Expr | None:
     return cat(whole, Repeat(frac, 0, 1)) if empty else cat(whole, frac)
 
 
+def _normal(x: Decimal) -> tuple[str, int]:
+    """A positive decimal as ``(S, P)``, ``x = 0.S * 10**P``: S its significant digits, no leading
+    or trailing zero."""
+    _, digits, exp = x.normalize().as_tuple()
+    text = "".join(map(str, digits)).rstrip("0")
+    return text, len(digits) + exp
+
+
+def _significand(lower, upper) -> Expr | None:
+    """Texts ``d`` or ``d.F`` (``d`` 1-9) whose digits S = dF have 0.S between the bounds
+    (``(digits, strict)`` or None, as in ``_frac``)."""
+    groups: dict = {}
+    for d in range(1, 10):
+        nl, nu = _step(lower, d, is_lower=True), _step(upper, d, is_lower=False)
+        if nl is not False and nu is not False:
+            groups.setdefault((nl, nu), []).append(d)
+    options = []
+    for (nl, nu), ds in groups.items():
+        empty, rest = _frac(nl, nu)
+        option = _with_frac(_digits(ds), empty, rest)
+        if option is not None:
+            options.append(option)
+    return alt(*options) if options else None
+
+
+def _exponent(x_lo: int | None, x_hi: int | None) -> Expr | None:
+    """``e``/``E``, then the exponents in x_lo..x_hi (None = unbounded) with any sign and leading zeros."""
+    if x_lo is not None and x_hi is not None and x_lo > x_hi:
+        return None
+    zeros = Repeat(Literal("0"), 0, None)
+    parts = []
+    if x_hi is None or x_hi >= 0:
+        parts.append(cat(Repeat(Literal("+"), 0, 1), zeros, uint_range(max(x_lo or 0, 0), x_hi)))
+    if x_lo is None or x_lo < 0:
+        mag = uint_range(1 if x_hi is None or x_hi >= 0 else -x_hi, None if x_lo is None else -x_lo)
+        parts.append(cat(Literal("-"), zeros, mag))
+    if (x_lo is None or x_lo <= 0) and (x_hi is None or x_hi >= 0):
+        parts.append(cat(Literal("-"), Repeat(Literal("0"), 1, None)))       # -0, -00: zero
+    return cat(CharClass(((0x45, 0x45), (0x65, 0x65))), alt(*parts))
+
+
+def _scientific(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool) -> Expr | None:
+    """Positive numbers between the bounds (lo >= 0 or None; hi None: open) in normalized exponent
+    notation, ``d(.F)?e[+-]?X``: the value is 0.S * 10**(X + 1) with S = dF, so it is below a bound
+    0.B * 10**P when X + 1 < P, above it when X + 1 > P, and at X + 1 == P the digits decide."""
+    if hi is not None and hi <= 0:
+        return None
+    low = _normal(lo) if lo is not None and lo > 0 else None
+    high = _normal(hi) if hi is not None else None
+    if low is not None and high is not None and low[1] == high[1]:      # one order of magnitude
+        sig = _significand((low[0], lo_strict), (high[0], hi_strict))
+        exp = _exponent(low[1] - 1, low[1] - 1)
+        return cat(sig, exp) if sig is not None else None
+    parts = []
+    inner = _exponent(None if low is None else low[1], None if high is None else high[1] - 2)
+    if inner is not None:
+        parts.append(cat(_significand(None, None), inner))
+    for bound, lower, upper in ((low, True, False), (high, False, True)):
+        if bound is not None:
+            strict = lo_strict if lower else hi_strict
+            sig = _significand((bound[0], strict) if lower else None, (bound[0], strict) if upper else None)
+            if sig is not None:
+                parts.append(cat(sig, _exponent(bound[1] - 1, bound[1] - 1)))
+    return alt(*parts) if parts else None
+
+
 def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
-                 finite: bool = False) -> Expr | None:
+                 finite: bool = False, exponents: bool = True) -> Expr | None:
     """JSON number texts between two decimal bounds (None = unbounded); None if empty.
+
+    ``exponents``: also the normalized exponent spellings (``1e-05``; see the module docstring).
 
     ``finite``: bounds as Pydantic checks them (``JsonText.finite_numbers``; not with
     ``multipleOf``, whose automata read short decimal texts and would grow past their limit):
@@ -225,6 +296,9 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
         pos = _nonneg_range(p_lo, p_strict, hi, hi_strict)
         if pos is not None:
             parts.append(pos)
+        if exponents:
+            parts.append(_scientific(p_lo, p_strict, hi, hi_strict))
+    zero_in = (lo is None or lo < 0 or (lo == 0 and not lo_strict)) and (hi is None or hi > 0 or (hi == 0 and not hi_strict))
     if lo is None or lo < 0:
         # "-" y with y in [max(0, -hi), -lo]; y = 0 ("-0") only when 0 is in range
         if hi is None or hi > 0 or (hi == 0 and not hi_strict):
@@ -234,8 +308,15 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
         neg = _nonneg_range(n_lo, n_strict, None if lo is None else -lo, lo_strict)
         if neg is not None:
             parts.append(cat(Literal("-"), neg))
+        if exponents:
+            neg = _scientific(n_lo, n_strict, None if lo is None else -lo, lo_strict)
+            if neg is not None:
+                parts.append(cat(Literal("-"), neg))
     elif lo == 0 and not lo_strict:
         parts.append(cat(Literal("-0"), ZERO_FRACTION))     # -0 is 0
+    if exponents and zero_in:
+        parts.append(cat(alt(Literal("0"), Literal("-0")), ZERO_FRACTION, EXPONENT))    # 0e0, -0.0E+5
+    parts = [p for p in parts if p is not None]
     return alt(*parts) if parts else None
 
 

@@ -127,7 +127,8 @@ def number_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
             return _fraction_number(conv)
         factors.append(Fraction())
     bounded = lo is not None or hi is not None
-    base = number_range(lo, ls, hi, hs, finite=exact) if bounded else None
+    # the divisibility automata read decimal texts only: no exponent spellings beside them
+    base = number_range(lo, ls, hi, hs, finite=exact, exponents=not factors) if bounded else None
     if bounded and base is None:
         return None
     if not factors:
