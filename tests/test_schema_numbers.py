@@ -223,3 +223,12 @@ def test_json_dumps_of_small_and_large_bounded_floats_round_trip() -> None:
 def test_exponent_spellings_beside_a_divisor_stay_decimal_only() -> None:
     g = Grammar.from_json_schema({"type": "number", "minimum": 0, "maximum": 10, "multipleOf": 0.5})
     assert g.matches("2.5") and not g.matches("2.5e0")
+
+
+def test_exponent_spellings_compare_every_digit_of_a_long_bound() -> None:
+    big = 123456789012345678901234567890123456789          # past Decimal's 28-digit context
+    g = Grammar.from_json_schema({"type": "number", "maximum": big})
+    assert g.matches("1.23456789012345678901234567890123456789e38")
+    assert g.matches("1.23456789012345678901234567890123456788e+38")
+    assert not g.matches("1.2345678901234567890123456789012345679e38")     # what 28 digits round to
+    assert not g.matches("1.234567890123456789012345678901234567891E38")

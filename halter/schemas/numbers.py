@@ -190,9 +190,9 @@ def _with_frac(whole: Expr, empty: bool, rest: Expr | None) -> Expr | None:
 def _normal(x: Decimal) -> tuple[str, int]:
     """A positive decimal as ``(S, P)``, ``x = 0.S * 10**P``: S its significant digits, no leading
     or trailing zero."""
-    _, digits, exp = x.normalize().as_tuple()
-    text = "".join(map(str, digits)).rstrip("0")
-    return text, len(digits) + exp
+    _, digits, exp = x.as_tuple()                 # (not ``normalize``: it rounds to the context's 28 digits)
+    text = "".join(map(str, digits)).lstrip("0")
+    return text.rstrip("0"), len(text) + exp
 
 
 def _significand(lower, upper) -> Expr | None:
