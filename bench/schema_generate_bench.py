@@ -17,7 +17,9 @@ generation loop does for a token under grammar-first sampling (the mode that bui
 token, as the GPU path does): read the logits to the host, ``fill_bitmask``, ``apply_bitmask`` to
 the logits, check the instance's token is allowed, ``accept_token``, then the forward pass for that
 token (``Model.decode``). The token is forced (teacher forcing: the instance's, not a sampled one),
-so the three sequences read the same tokens and do the same model work. Reported per grammar: the
+so the three sequences read the same tokens and do the same model work. With ``--device cuda`` each
+step waits for its forward pass before the next mask (the engine overlaps the two; this bench
+does not, so it charges the grammar in full there too). Reported per grammar: the
 step time per token (mean, median), the grammar's own time inside it (fill + apply + accept), and
 the ratios schema/plain JSON; the ratio of the means is also given per schema, and its median over
 schemas.
