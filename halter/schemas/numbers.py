@@ -298,7 +298,8 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
             parts.append(pos)
         if exponents:
             parts.append(_scientific(p_lo, p_strict, hi, hi_strict))
-    zero_in = (lo is None or lo < 0 or (lo == 0 and not lo_strict)) and (hi is None or hi > 0 or (hi == 0 and not hi_strict))
+    zero_in = ((lo is None or lo < 0 or (lo == 0 and not lo_strict))
+               and (hi is None or hi > 0 or (hi == 0 and not hi_strict)))
     if lo is None or lo < 0:
         # "-" y with y in [max(0, -hi), -lo]; y = 0 ("-0") only when 0 is in range
         if hi is None or hi > 0 or (hi == 0 and not hi_strict):
