@@ -135,7 +135,8 @@ def _tokenizer_fields(path: str | os.PathLike[str]) -> dict[str, tuple]:
 
 def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_layer: int = 2,
                     n_embd: int = 64, n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128,
-                    dtype: str = "F32", seed: int = 0, vocab: str = "bytes", n_ctx_train: int = 2048,
+                    dtype: str = "F32", seed: int = 0, vocab: str | os.PathLike[str] = "bytes",
+                    n_ctx_train: int = 2048,
                     rope_base: float = 10000.0, tied_output: bool | None = None,
                     add_bos: bool = True) -> str:
     """Write a random-weight ``arch`` model ("llama" or "qwen2") to ``path``; returns the path.

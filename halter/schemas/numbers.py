@@ -24,7 +24,8 @@ _FRACTION = Repeat(cat(Literal("."), Repeat(DIGIT, 1, None)), 0, 1)
 _MANTISSA = cat(alt(Literal("0"), cat(NONZERO, Repeat(DIGIT, 0, None))), _FRACTION)
 _NONZERO_MANTISSA = alt(cat(Literal("0."), Repeat(Literal("0"), 0, None), NONZERO, Repeat(DIGIT, 0, None)),
                         cat(NONZERO, Repeat(DIGIT, 0, None), _FRACTION))
-EXPONENT = cat(CharClass(((0x45, 0x45), (0x65, 0x65))), Repeat(CharClass(((0x2B, 0x2B), (0x2D, 0x2D))), 0, 1),
+E_MARK = CharClass(((0x45, 0x45), (0x65, 0x65)))                 # e or E
+EXPONENT = cat(E_MARK, Repeat(CharClass(((0x2B, 0x2B), (0x2D, 0x2D))), 0, 1),
                Repeat(DIGIT, 1, None))
 
 
@@ -225,7 +226,7 @@ def _exponent(x_lo: int | None, x_hi: int | None) -> Expr | None:
         parts.append(cat(Literal("-"), zeros, mag))
     if (x_lo is None or x_lo <= 0) and (x_hi is None or x_hi >= 0):
         parts.append(cat(Literal("-"), Repeat(Literal("0"), 1, None)))       # -0, -00: zero
-    return cat(CharClass(((0x45, 0x45), (0x65, 0x65))), alt(*parts))
+    return cat(E_MARK, alt(*parts))
 
 
 def _scientific(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool) -> Expr | None:
@@ -244,10 +245,10 @@ def _scientific(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_stri
     inner = _exponent(None if low is None else low[1], None if high is None else high[1] - 2)
     if inner is not None:
         parts.append(cat(_significand(None, None), inner))
-    for bound, lower, upper in ((low, True, False), (high, False, True)):
+    for bound, strict, is_lower in ((low, lo_strict, True), (high, hi_strict, False)):
         if bound is not None:
-            strict = lo_strict if lower else hi_strict
-            sig = _significand((bound[0], strict) if lower else None, (bound[0], strict) if upper else None)
+            digits = (bound[0], strict)
+            sig = _significand(digits, None) if is_lower else _significand(None, digits)
             if sig is not None:
                 parts.append(cat(sig, _exponent(bound[1] - 1, bound[1] - 1)))
     return alt(*parts) if parts else None
@@ -296,8 +297,9 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
         pos = _nonneg_range(p_lo, p_strict, hi, hi_strict)
         if pos is not None:
             parts.append(pos)
-        if exponents:
-            parts.append(_scientific(p_lo, p_strict, hi, hi_strict))
+        sci = _scientific(p_lo, p_strict, hi, hi_strict) if exponents else None
+        if sci is not None:
+            parts.append(sci)
     zero_in = ((lo is None or lo < 0 or (lo == 0 and not lo_strict))
                and (hi is None or hi > 0 or (hi == 0 and not hi_strict)))
     if lo is None or lo < 0:
@@ -309,15 +311,13 @@ def number_range(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_str
         neg = _nonneg_range(n_lo, n_strict, None if lo is None else -lo, lo_strict)
         if neg is not None:
             parts.append(cat(Literal("-"), neg))
-        if exponents:
-            neg = _scientific(n_lo, n_strict, None if lo is None else -lo, lo_strict)
-            if neg is not None:
-                parts.append(cat(Literal("-"), neg))
+        sci = _scientific(n_lo, n_strict, None if lo is None else -lo, lo_strict) if exponents else None
+        if sci is not None:
+            parts.append(cat(Literal("-"), sci))
     elif lo == 0 and not lo_strict:
         parts.append(cat(Literal("-0"), ZERO_FRACTION))     # -0 is 0
     if exponents and zero_in:
         parts.append(cat(alt(Literal("0"), Literal("-0")), ZERO_FRACTION, EXPONENT))    # 0e0, -0.0E+5
-    parts = [p for p in parts if p is not None]
     return alt(*parts) if parts else None
 
 
