@@ -75,6 +75,29 @@ class NoValidTokenError(HalterError, RuntimeError):
     """The grammar allows no token of the vocabulary here (a dead end); never sample outside the mask."""
 
 
+class LimitError(HalterError, ValueError):
+    """Input beyond one of halter's documented limits (``halter.limits``).
+
+    ``limit`` is the limit's name (an attribute of ``halter.limits.Limits``), ``value`` what the
+    input needed, ``maximum`` the limit in force, ``where`` the place in the input (line/column,
+    JSON pointer or GGUF field). The message says how to raise the limit.
+    """
+
+    def __init__(self, limit: str, value: Any, maximum: Any, where: str = "",
+                 what: str = "") -> None:
+        self.limit = limit
+        self.value = value
+        self.maximum = maximum
+        self.where = where
+        desc = what or limit.replace("_", " ")
+        text = f"{desc}: {value} exceeds the limit of {maximum}"
+        if where:
+            text += f" at {where}"
+        text += (f" (raise it with halter.limits.set({limit}=...) or the environment variable "
+                 f"HALTER_LIMIT_{limit.upper()})")
+        super().__init__(text)
+
+
 def _caret_context(text: str, line: int | None, column: int | None) -> str:
     if line is None or column is None:
         return ""
