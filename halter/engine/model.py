@@ -9,8 +9,9 @@ decode steps go through ``halter.engine.static_decode`` in the static modes (``s
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -105,6 +106,24 @@ def _state_dict(c: ModelConfig, t: dict[str, Any]) -> dict[str, Any]:
     return sd
 
 
+@contextlib.contextmanager
+def _skip_init() -> Iterator[None]:
+    """No random initialisation while the module is built on ``meta`` (the file's tensors replace it).
+
+    On the meta device ``normal_`` runs through torch's Python references, which import the
+    compiler stack (sympy, dynamo: seconds) for values that are thrown away.
+    """
+    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_")
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    for n in names:
+        setattr(torch.nn.init, n, lambda t, *a, **k: t)
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
+
+
 def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
                        device: torch.device) -> dict[str, Any]:
     """Swap the linear layers and embeddings whose weights are quantized for ``QLinear``/``QEmbedding``.
@@ -176,7 +195,7 @@ class Model:
         n_ctx = min(config.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be positive, not {n_ctx}")
-        with torch.device("meta"):
+        with torch.device("meta"), _skip_init():
             net = Transformer(config)
         try:
             rest = _install_quantized(net, _state_dict(config, tensors), dt, dev)
