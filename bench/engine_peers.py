@@ -101,17 +101,15 @@ def child_llama(a: dict) -> dict:
                 base_mb=base)
 
 
-def _llama_batch(llm, llama_cpp, ids: list[int], a: dict) -> float | None:
-    """Tokens/s of ``batch`` sequences decoded together with the low-level ``llama_batch`` API."""
+def _llama_batch(llm, llama_cpp, ids: list[int], a: dict) -> float:
+    """Tokens/s of ``batch`` sequences decoded together through the low-level ``llama_batch`` API,
+    in a second context with ``n_seq_max = batch`` and a unified cache (llama-server's layout)."""
     import numpy as np
     B, n = a["batch"], a["decode"]
-    ctx = llm.ctx
-    try:
-        mem = llama_cpp.llama_get_memory(ctx)
-        llama_cpp.llama_memory_clear(mem, True)
-    except AttributeError:
-        llama_cpp.llama_kv_self_clear(ctx)
-    batch = llama_cpp.llama_batch_init(max(32 * B, B), 0, B)
+    params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
+    params.n_seq_max, params.kv_unified, params.n_ctx = B, True, B * (32 + n + 8)
+    ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
+    batch = llama_cpp.llama_batch_init(32 * B, 0, B)
     n_vocab = llm.n_vocab()
 
     def submit(rows: list[tuple[int, list[int], int]]) -> None:   # (seq, tokens, first pos)
@@ -138,6 +136,7 @@ def _llama_batch(llm, llama_cpp, ids: list[int], a: dict) -> float | None:
         return B * n / (time.perf_counter() - t)
     finally:
         llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
 
 
 def child_transformers(a: dict) -> dict:
@@ -243,6 +242,7 @@ def compare(args, out) -> dict:
                 if runs[e] and "error" in runs[e][-1]:
                     continue
                 runs[e].append(run_child(e, pythons[e], a, args.timeout))
+                print(f"  {os.path.basename(model)} {e}: {json.dumps(runs[e][-1])}", file=sys.stderr, flush=True)
         file_mb = os.path.getsize(model) / 2**20
         out(f"\n### {os.path.basename(model)} ({file_mb:.0f} MiB), {args.threads} threads, prompt "
             f"{args.prompt}, decode {args.decode}, batch {args.batch}, medians of {args.repeats}")

@@ -54,8 +54,8 @@ def test_device_sampling_agrees_with_the_cpu_chain(cuda_models: dict[str, str], 
     model = Model.load(cuda_models["Q8_0"], device="cuda", dtype="f32", progress=False)
     host = model.generate("Once", max_tokens=24, device_sampling=False, **kw)
     dev = model.generate("Once", max_tokens=24, **kw)              # auto: on the device on CUDA
-    agree = sum(a == b for a, b in zip(host.tokens, dev.tokens))
-    assert agree >= min(len(host.tokens), len(dev.tokens)) - 1    # a rare float boundary may differ
+    prefix = next((k for k, (a, b) in enumerate(zip(host.tokens, dev.tokens)) if a != b), len(host.tokens))
+    assert prefix >= 20, (host.tokens, dev.tokens)   # GPU and CPU float rounding may flip a rare boundary
 
 
 def test_schema_constrained_bf16_decode_with_cuda_graphs(cuda_models: dict[str, str]) -> None:
