@@ -195,8 +195,10 @@ def _build(model: Any, kind: str, spec: Any, opts: dict[str, Any]) -> Constraint
 
 # -- prompts and samplers ------------------------------------------------------------------------
 
-def _prompt_args(model: Any, prompt: Any, chat_template: str | None) -> tuple[Any, dict[str, Any]]:
-    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template."""
+def _prompt_args(model: Any, prompt: Any, chat_template: str | None,
+                 **template_vars: Any) -> tuple[Any, dict[str, Any]]:
+    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template
+    (``template_vars``, e.g. ``tools``, are passed to it)."""
     if isinstance(prompt, str):
         return prompt, {}
     if is_chat_prompt(prompt):
@@ -205,7 +207,7 @@ def _prompt_args(model: Any, prompt: Any, chat_template: str | None) -> tuple[An
             if vocab.token_bytes[i] else vocab.token_texts[i]  # noqa: E731
         bos, eos = text_of(vocab.bos_id), text_of(vocab.eos_id)
         template = chat_template if chat_template is not None else chat_template_of(model)
-        text = render_chat(template, prompt, bos_token=bos, eos_token=eos)
+        text = render_chat(template, prompt, bos_token=bos, eos_token=eos, **template_vars)
         return text, {"parse_special": True, "add_bos": None if not bos or not text.startswith(bos) else False}
     if isinstance(prompt, (list, tuple, np.ndarray)) and all(isinstance(t, (int, np.integer)) for t in prompt):
         return [int(t) for t in prompt], {}
