@@ -80,8 +80,8 @@ class Backend:
         tokens = self._tokens(spec)
         n_ctx = self.model.n_ctx
         if len(tokens) > n_ctx - 4:
-            raise ApiError(413, f"the prompt has {len(tokens)} tokens; the context (--ctx-size {n_ctx}) "
-                           f"holds at most {n_ctx - 4}", param="messages" if spec.chat else "prompt",
+            raise ApiError(413, f"the prompt has {len(tokens)} tokens; a sequence's context ({n_ctx} tokens: "
+                           f"--ctx-size / --parallel) holds at most {n_ctx - 4}", param="messages" if spec.chat else "prompt",
                            code="context_length_exceeded")
         max_tokens = spec.max_tokens
         if max_tokens is None:
