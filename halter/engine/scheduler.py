@@ -127,7 +127,9 @@ class Scheduler:
 
     ``max_queue`` bounds the requests waiting for a free sequence (``QueueFullError`` beyond).
     ``n_batch`` is the number of prompt tokens evaluated per step (default: the model's).
-    The scheduler owns the model's cache while it runs: do not generate with the model elsewhere.
+    ``on_step`` (if set) is called on the loop thread after every step, once that step's events
+    are out: a consumer can batch its wake-ups. The scheduler owns the model's cache while it runs:
+    do not generate with the model elsewhere.
     """
 
     def __init__(self, model: "Model", *, n_parallel: int | None = None, max_queue: int = 64,
@@ -151,6 +153,7 @@ class Scheduler:
         self._stop = False
         self._thread: threading.Thread | None = None
         self.steps = 0
+        self.on_step: Callable[[], None] | None = None
 
     # -- client side --------------------------------------------------------------------------
     def start(self) -> "Scheduler":
@@ -221,8 +224,17 @@ class Scheduler:
             except Exception as exc:                     # noqa: BLE001 - a failed step fails its rows only
                 for job in list(self._running):
                     self._release(job, error=RuntimeError(f"the decode step failed: {exc}"))
+            self._notify()
         for job in list(self._running) + list(self._waiting):
             self._release(job, error=RuntimeError("the server is shutting down"))
+        self._notify()
+
+    def _notify(self) -> None:
+        if self.on_step is not None:
+            try:
+                self.on_step()
+            except Exception:                            # noqa: BLE001 - a consumer's bug must not stop the loop
+                pass
 
     def _admit(self) -> None:
         for job in [j for j in self._waiting if j.cancelled]:
@@ -297,6 +309,7 @@ class Scheduler:
                 self._release(job)
         # 3. one forward pass for the rows still generating
         if feed:
+            feed.sort(key=lambda j: j.seq)               # consecutive sequences: no cache gather
             for job in feed:
                 if model.cache.seq_pos_max(job.seq) + 1 >= model.n_ctx:
                     shift_context(model, job.seq, job.row.keep[0], job.row.timings)

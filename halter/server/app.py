@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import threading
 from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
@@ -56,11 +57,11 @@ class _Run:
         self.logprobs: list[list[TokenLogprob]] = [[] for _ in range(spec.n)]
         self.done: dict[int, Completion | BaseException] = {}
 
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+    async def start(self, dispatch: "_Dispatch") -> None:
+        loop, queue = asyncio.get_running_loop(), self.queue
 
         def sink(i: int, event: Any) -> None:
-            loop.call_soon_threadsafe(self.queue.put_nowait, (i, event))
+            dispatch.push(loop, queue, (i, event))
         self.sub = await asyncio.to_thread(self.backend.submit, self.spec, sink)
 
     @property
@@ -72,12 +73,15 @@ class _Run:
         assert self.sub is not None
         while len(self.done) < len(self.sub.jobs):
             try:
-                i, event = await asyncio.wait_for(self.queue.get(), timeout=0.5)
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    self.cancel()
-                    return
-                continue
+                i, event = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                try:
+                    i, event = await asyncio.wait_for(self.queue.get(), timeout=0.5)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        self.cancel()
+                        return
+                    continue
             if isinstance(event, Piece):
                 self.logprobs[i].extend(event.logprobs)
             elif isinstance(event, BaseException):
@@ -98,8 +102,34 @@ class _Run:
         return [self.done[i] for i in range(len(self.done))]  # type: ignore[misc]
 
 
+class _Dispatch:
+    """Carries scheduler events to the event loops' queues: one wake-up per loop per decode step."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]] = {}
+
+    def push(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, item: Any) -> None:
+        with self._lock:
+            self._pending.setdefault(loop, []).append((queue, item))
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for loop, items in pending.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:                       # that loop has closed: nobody is listening
+                pass
+
+
+def _deliver(items: list[tuple[asyncio.Queue, Any]]) -> None:
+    for queue, item in items:
+        queue.put_nowait(item)
+
+
 def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:
@@ -109,19 +139,29 @@ def _failure(exc: BaseException) -> dict[str, Any]:
 def create_app(backend: Backend, *, api_key: str | None = None) -> Starlette:
     """The Starlette app serving ``backend``; ``api_key`` (if set) is required as a Bearer token."""
     token_bytes: list[bytes] = backend.model.vocab.token_bytes
+    dispatch = getattr(backend, "dispatch", None)
+    if dispatch is None:                               # shared by every app serving this backend
+        dispatch = backend.dispatch = _Dispatch()
+        backend.scheduler.on_step = dispatch.flush
 
     async def run(request: Request, parse: Callable[[Any], GenSpec],
                   whole: Callable[[_Run, str], dict[str, Any]],
                   stream: Callable[[_Run, str, Request], AsyncIterator[str]], prefix: str) -> Response:
         spec = parse(await _json(request))
         r = _Run(backend, spec)
-        await r.start()
+        await r.start(dispatch)
         cid = R.new_id(prefix)
         if spec.stream:
             async def body() -> AsyncIterator[str]:
+                buf: list[str] = []
                 try:
                     async for line in stream(r, cid, request):
-                        yield line
+                        buf.append(line)
+                        if r.queue.empty():              # send what one step produced at once
+                            yield "".join(buf)
+                            buf = []
+                    if buf:
+                        yield "".join(buf)
                 finally:
                     r.cancel()
             return StreamingResponse(body(), media_type="text/event-stream",

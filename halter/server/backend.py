@@ -63,6 +63,7 @@ class Backend:
         self.scheduler = Scheduler(model, n_parallel=n_parallel, max_queue=max_queue).start()
         self.created = int(time.time())
         self._compile_lock = threading.Lock()
+        self.dispatch: Any = None                       # the app's event carrier (halter.server.app)
         self._template = chat_template
         if self._template is None:
             try:
