@@ -22,6 +22,9 @@ class Limits:
     #: subschemas in a JSON Schema.
     nesting_depth: int = 1000
 
+    #: Bytes of one HTTP request body accepted by ``halter serve`` (larger bodies get 413).
+    request_body_bytes: int = 16 * 1024 * 1024
+
 
 LIMITS = Limits()
 

@@ -219,6 +219,14 @@ def test_bad_requests_get_openai_errors(servers) -> None:  # noqa: F811
     err = _err(post("/v1/completions", {"prompt": "word " * 2400, "max_tokens": 1}), 413)
     assert err["code"] == "context_length_exceeded"
     assert _err(httpx.get(url + "/v1/nothing"), 404)["type"] == "not_found_error"
+    _err(httpx.post(url + "/v1/completions", content=b"[" * 100000 + b"]" * 100000, timeout=10), 400)
+    import halter.limits
+    old = halter.limits.LIMITS.request_body_bytes
+    halter.limits.set(request_body_bytes=1000)
+    try:
+        assert _err(post("/v1/completions", {"prompt": "x" * 2000}), 413)["code"] == "body_too_large"
+    finally:
+        halter.limits.set(request_body_bytes=old)
     assert httpx.get(url + "/health").json()["status"] == "ok"          # still serving
 
 

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from halter.completion import Completion
+from halter.limits import LIMITS
 from halter.engine.scheduler import Piece, TokenLogprob
 from halter.server import responses as R
 from halter.server.backend import Backend, Submitted
@@ -40,11 +41,24 @@ def _error(err: ApiError) -> JSONResponse:
 
 
 async def _json(request: Request) -> Any:
-    raw = await request.body()
+    maximum = LIMITS.request_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > maximum:
+        raise ApiError(413, f"the request body has {declared} bytes; the limit is {maximum} "
+                       "(halter.limits request_body_bytes, HALTER_LIMIT_REQUEST_BODY_BYTES)", code="body_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > maximum:
+            raise ApiError(413, f"the request body exceeds {maximum} bytes (halter.limits "
+                           "request_body_bytes, HALTER_LIMIT_REQUEST_BODY_BYTES)", code="body_too_large")
+        chunks.append(chunk)
     try:
-        return json.loads(raw)
+        return json.loads(b"".join(chunks))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply to read") from None
 
 
 class _Run:
