@@ -11,9 +11,11 @@ to ``max_tokens``), streamed with ``stream_options.include_usage``:
   levels compare decoding, not first-time compilation.
 
 Reported per level: output tokens/s (sum of usage.completion_tokens over wall time), time to first
-content token p50/p99 (client side, from sending the request), and the speed-up over 1 client.
-Levels are run ``--rounds`` times interleaved (1, 4, 16, 1, 4, 16, ...) and the median round is
-reported. With ``--llama-python PATH`` (a Python with ``llama-cpp-python[server]``) the same
+content token p50/p99 (client side, from sending the request), the speed-up over 1 client, and
+the server process's CPU time per output token (user + system, from /proc: less sensitive to
+other load on a shared machine than wall time). Levels are run ``--rounds`` times interleaved
+(1, 4, 16, 1, 4, 16, ...); the median round is reported, and the speed-up is the median over rounds
+of the ratio to the 1-client level of the same round. With ``--llama-python PATH`` (a Python with ``llama-cpp-python[server]``) the same
 requests also go to ``python -m llama_cpp.server`` on the same GGUF (``n_parallel``-less: it
 serves one request at a time). ``--plot PNG`` writes a bar chart.
 
@@ -91,14 +93,21 @@ def one(client: httpx.Client, url: str, payload: dict) -> tuple[float, int]:
     return (ttft if ttft is not None else time.perf_counter() - t0), tokens
 
 
-def level(url: str, clients: int, payloads: list[dict]) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` and its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def level(url: str, clients: int, payloads: list[dict], pid: int) -> dict:
     with httpx.Client() as client, ThreadPoolExecutor(clients) as pool:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds(pid)
         results = list(pool.map(lambda p: one(client, url, p), payloads))
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
     ttfts = sorted(r[0] for r in results)
     tokens = sum(r[1] for r in results)
     return {"clients": clients, "wall_s": wall, "tokens": tokens, "tok_s": tokens / wall,
+            "cpu_ms_tok": cpu * 1e3 / max(tokens, 1),
             "ttft_p50": statistics.median(ttfts), "ttft_p99": ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))]}
 
 
@@ -114,14 +123,22 @@ def start(cmd: list[str], url: str, log: Path) -> subprocess.Popen:
     return proc
 
 
-def run_levels(url: str, args: argparse.Namespace, constrained: bool, levels: list[int]) -> dict[int, dict]:
+def run_levels(url: str, args: argparse.Namespace, constrained: bool, levels: list[int], pid: int
+               ) -> dict[int, dict]:
+    """Per level: the median round, plus ``speedup``, the median over rounds of its throughput
+    over the first level's in the same round."""
     payloads = [body(i, args.max_tokens, constrained) for i in range(args.requests)]
-    level(url, max(levels), payloads)                     # warm-up: compiles every schema once
+    level(url, max(levels), payloads, pid)                # warm-up: compiles every schema once
     rounds: dict[int, list[dict]] = {c: [] for c in levels}
     for _ in range(args.rounds):
         for c in levels:
-            rounds[c].append(level(url, c, payloads))
-    return {c: sorted(rs, key=lambda r: r["tok_s"])[len(rs) // 2] for c, rs in rounds.items()}
+            rounds[c].append(level(url, c, payloads, pid))
+    out = {}
+    for c, rs in rounds.items():
+        row = dict(sorted(rs, key=lambda r: r["tok_s"])[len(rs) // 2])
+        row["speedup"] = statistics.median(r["tok_s"] / b["tok_s"] for r, b in zip(rs, rounds[levels[0]]))
+        out[c] = row
+    return out
 
 
 def main() -> None:
@@ -151,7 +168,7 @@ def main() -> None:
            "--log-level", "warning"] + (["-t", str(args.threads)] if args.threads else [])
     proc = start(cmd, url, tmp / "halter.log")
     try:
-        halter_rows = run_levels(url, args, True, levels)
+        halter_rows = run_levels(url, args, True, levels, proc.pid)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -163,23 +180,24 @@ def main() -> None:
                "--n_ctx", "2048", "--verbose", "False"] + (["--n_threads", str(args.threads)] if args.threads else [])
         proc = start(cmd, url, tmp / "llama.log")
         try:
-            peer_rows = run_levels(url, args, True, levels)
+            peer_rows = run_levels(url, args, True, levels, proc.pid)
         finally:
             proc.terminate()
             proc.wait(30)
-    base = halter_rows[levels[0]]["tok_s"]
     print(f"{args.requests} requests x max_tokens {args.max_tokens}, per-request schemas, median of {args.rounds} rounds")
-    print("| server | clients | output tok/s | x 1 client | TTFT p50 ms | TTFT p99 ms | wall s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| server | clients | output tok/s | x 1 client (same round) | server CPU ms/token | "
+          "TTFT p50 ms | TTFT p99 ms | wall s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, rows in (("halter", halter_rows), ("llama-cpp-python", peer_rows)):
         if rows is None:
             continue
-        b = rows[levels[0]]["tok_s"]
         for c in levels:
             r = rows[c]
-            print(f"| {name} | {c} | {r['tok_s']:.1f} | {r['tok_s'] / b:.2f} | {r['ttft_p50'] * 1e3:.0f} | "
-                  f"{r['ttft_p99'] * 1e3:.0f} | {r['wall_s']:.2f} |")
-    print(f"16-client / 1-client throughput: {halter_rows[levels[-1]]['tok_s'] / base:.2f}x")
+            print(f"| {name} | {c} | {r['tok_s']:.1f} | {r['speedup']:.2f} | {r['cpu_ms_tok']:.2f} | "
+                  f"{r['ttft_p50'] * 1e3:.0f} | {r['ttft_p99'] * 1e3:.0f} | {r['wall_s']:.2f} |")
+    print(f"{levels[-1]}-client / {levels[0]}-client throughput: {halter_rows[levels[-1]]['speedup']:.2f}x "
+          f"(median over rounds); server CPU per token: "
+          f"{halter_rows[levels[0]]['cpu_ms_tok'] / halter_rows[levels[-1]]['cpu_ms_tok']:.2f}x less")
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")
