@@ -61,6 +61,9 @@ def test_completions_endpoint_with_n_and_logprobs(client) -> None:  # noqa: F811
         assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) >= 1
         assert all(v <= 0 for v in lp.token_logprobs) and all(len(t) <= 2 for t in lp.top_logprobs)
     assert out.usage.completion_tokens == sum(len(c.logprobs.tokens) for c in out.choices)
+    echoed = client.completions.create(model="tiny", prompt="Once upon", max_tokens=4, seed=1, echo=True)
+    plain = client.completions.create(model="tiny", prompt="Once upon", max_tokens=4, seed=1)
+    assert echoed.choices[0].text == "Once upon" + plain.choices[0].text
 
 
 def test_chat_logprobs(client) -> None:  # noqa: F811

@@ -245,12 +245,16 @@ def create_app(backend: Backend, *, api_key: str | None = None) -> Starlette:
         choices = [R.completion_choice(i, c, constrained=r.constrained,
                                        logprobs=R.completion_logprobs(r.logprobs[i], token_bytes)
                                        if r.spec.logprobs is not None else None) for i, c in enumerate(cs)]
+        if r.spec.echo:
+            for ch in choices:
+                ch["text"] = r.spec.prompt + ch["text"]
         return {"id": cid, "object": "text_completion", "created": r.sub.created, "model": backend.name,
                 "system_fingerprint": "halter", "choices": choices, "usage": R.usage_of(r.sub.prompt_tokens, cs)}
 
     async def completion_stream(r: _Run, cid: str, request: Request) -> AsyncIterator[str]:
         created, name = r.sub.created, backend.name
         offsets = [0] * r.spec.n
+        echoed = [not r.spec.echo] * r.spec.n
 
         def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
             body: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": name,
@@ -259,6 +263,10 @@ def create_app(backend: Backend, *, api_key: str | None = None) -> Starlette:
                 body["usage"] = usage
             return _sse(body)
         async for i, ev in r.events(request):
+            if not echoed[i]:
+                echoed[i] = True
+                offsets[i] = len(r.spec.prompt)
+                yield chunk([{"index": i, "text": r.spec.prompt, "logprobs": None, "finish_reason": None}])
             if isinstance(ev, Piece):
                 lp = R.completion_logprobs(ev.logprobs, token_bytes, offsets[i]) \
                     if r.spec.logprobs is not None else None

@@ -104,7 +104,8 @@ class Backend:
         except (ValueError, TypeError) as err:
             for job in jobs:
                 job.cancel()
-            raise ApiError(400, str(err)) from None
+            raise ApiError(400, str(err), param=next((f for f in ("logit_bias", "stop", "max_tokens")
+                                                      if f in str(err)), None)) from None
         return Submitted(jobs, constraint, len(tokens), spec.tool_choice is not None, int(time.time()))
 
     def _constraint(self, spec: GenSpec) -> Constraint:

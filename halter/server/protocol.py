@@ -56,6 +56,7 @@ class GenSpec:
     stream: bool = False
     include_usage: bool = False
     grammar_first: bool = False
+    echo: bool = False                             # /v1/completions: the prompt text before the output
     model: str | None = None
 
 
@@ -311,6 +312,9 @@ def parse_completion(body: Any) -> GenSpec:
         spec.logprobs = lp
     if spec.max_tokens is None and "max_tokens" not in body:
         spec.max_tokens = 16                                # OpenAI's default for completions
+    spec.echo = bool(_get(body, "echo", (bool,), False))
+    if spec.echo and not isinstance(spec.prompt, str):
+        raise ApiError(400, "'echo' needs a text prompt", param="echo")
     return spec
 
 
