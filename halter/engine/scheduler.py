@@ -202,9 +202,9 @@ class Scheduler:
         with self._cv:
             if self._stop:
                 raise RuntimeError("the scheduler is closed")
-            if len(self._waiting) >= self.max_queue and not self._free:
-                raise QueueFullError(f"{len(self._waiting)} requests are already waiting for one of "
-                                     f"{self.n_parallel} sequences")
+            if len(self._waiting) >= self.max_queue + len(self._free):   # the free ones are taken next step
+                raise QueueFullError(f"{len(self._waiting) - len(self._free)} requests are already waiting "
+                                     f"for one of {self.n_parallel} sequences")
             self._waiting.append(job)
             self._cv.notify_all()
         return job
