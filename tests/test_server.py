@@ -191,6 +191,13 @@ def test_disconnect_mid_stream_frees_the_sequence(servers) -> None:  # noqa: F81
     assert httpx.get(url + "/health").json()["slots_processing"] == 0
     ok = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 3}, timeout=60)
     assert ok.status_code == 200
+    with pytest.raises(httpx.ReadTimeout):                # not streamed: the client gives up waiting
+        httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 200000, "ignore_eos": True},
+                   timeout=httpx.Timeout(60, read=1.0))
+    deadline = time.time() + 20
+    while httpx.get(url + "/health").json()["slots_processing"] and time.time() < deadline:
+        time.sleep(0.1)
+    assert httpx.get(url + "/health").json()["slots_processing"] == 0
 
 
 def _err(r: httpx.Response, status: int) -> dict:

@@ -14,6 +14,7 @@ import asyncio
 import hmac
 import json
 import threading
+import time
 from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
@@ -85,7 +86,13 @@ class _Run:
     async def events(self, request: Request) -> AsyncIterator[tuple[int, Any]]:
         """(choice, Piece | Completion | exception) until every choice has ended."""
         assert self.sub is not None
+        checked = time.monotonic()
         while len(self.done) < len(self.sub.jobs):
+            if time.monotonic() - checked > 0.5:          # tokens keep coming: still look for a hang-up
+                checked = time.monotonic()
+                if await request.is_disconnected():
+                    self.cancel()
+                    return
             try:
                 i, event = self.queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -209,9 +216,9 @@ def create_app(backend: Backend, *, api_key: str | None = None) -> Starlette:
                 text = ev.text
                 if deciding[i]:
                     held[i] += text
-                    if not held[i].strip():
+                    if not held[i]:
                         continue
-                    if held[i].lstrip().startswith("{"):
+                    if held[i].startswith("{"):
                         continue                              # a call: sent whole at the end
                     deciding[i], text = False, held[i]
                 if text or lp:

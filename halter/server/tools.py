@@ -66,11 +66,10 @@ def tool_constraint(model: Any, functions: Sequence[Mapping[str, Any]], choice: 
 
 def tool_calls_of(text: str) -> list[dict[str, Any]] | None:
     """OpenAI ``tool_calls`` for a generated call, or ``None`` when ``text`` is not a (complete) call."""
-    stripped = text.strip()
-    if not stripped.startswith("{"):
+    if not text.startswith("{"):          # the grammar's call branch starts right there; "  {" is text
         return None
     try:
-        call = json.loads(stripped)
+        call = json.loads(text)
     except json.JSONDecodeError:
         return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or "arguments" not in call:
