@@ -66,11 +66,15 @@ def schema(i: int) -> dict:
             "required": ["id", "note"], "additionalProperties": False}
 
 
-def body(i: int, max_tokens: int, constrained: bool = True) -> dict:
+def body(i: int, max_tokens: int, constrained: bool = True, envelope: str = "json_schema") -> dict:
+    """Request ``i``; ``envelope="json_object"`` sends the schema as ``{"type": "json_object",
+    "schema": ...}``, the form llama-cpp-python's server honours (it ignores ``json_schema``)."""
     b = {"model": "m", "messages": [{"role": "user", "content": f"Record {i}, with a note."}],
          "max_tokens": max_tokens, "seed": i, "temperature": 0.8, "stream": True,
          "stream_options": {"include_usage": True}}
-    if constrained:
+    if constrained and envelope == "json_object":
+        b["response_format"] = {"type": "json_object", "schema": schema(i)}
+    elif constrained:
         b["response_format"] = {"type": "json_schema", "json_schema": {"name": f"r{i}", "schema": schema(i)}}
     return b
 
@@ -78,7 +82,7 @@ def body(i: int, max_tokens: int, constrained: bool = True) -> dict:
 def one(client: httpx.Client, url: str, payload: dict) -> tuple[float, int]:
     """(seconds to the first content token, completion tokens) of one streamed request."""
     t0 = time.perf_counter()
-    ttft, tokens = None, 0
+    ttft, tokens, pieces = None, 0, 0
     with client.stream("POST", url + "/v1/chat/completions", json=payload, timeout=600) as r:
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:300]!r}")
@@ -86,11 +90,14 @@ def one(client: httpx.Client, url: str, payload: dict) -> tuple[float, int]:
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if ttft is None and chunk.get("choices") and chunk["choices"][0].get("delta", {}).get("content"):
-                ttft = time.perf_counter() - t0
+            if chunk.get("choices") and chunk["choices"][0].get("delta", {}).get("content"):
+                pieces += 1
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
-    return (ttft if ttft is not None else time.perf_counter() - t0), tokens
+    # a server that reports no usage in the stream (llama-cpp-python): one chunk per token
+    return (ttft if ttft is not None else time.perf_counter() - t0), tokens or pieces
 
 
 def cpu_seconds(pid: int) -> float:
@@ -123,11 +130,11 @@ def start(cmd: list[str], url: str, log: Path) -> subprocess.Popen:
     return proc
 
 
-def run_levels(url: str, args: argparse.Namespace, constrained: bool, levels: list[int], pid: int
-               ) -> dict[int, dict]:
+def run_levels(url: str, args: argparse.Namespace, constrained: bool, levels: list[int], pid: int,
+               envelope: str = "json_schema") -> dict[int, dict]:
     """Per level: the median round, plus ``speedup``, the median over rounds of its throughput
     over the first level's in the same round."""
-    payloads = [body(i, args.max_tokens, constrained) for i in range(args.requests)]
+    payloads = [body(i, args.max_tokens, constrained, envelope) for i in range(args.requests)]
     level(url, max(levels), payloads, pid)                # warm-up: compiles every schema once
     rounds: dict[int, list[dict]] = {c: [] for c in levels}
     for _ in range(args.rounds):
@@ -177,10 +184,11 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         cmd = [args.llama_python, "-m", "llama_cpp.server", "--model", str(model), "--port", str(port),
-               "--n_ctx", "2048", "--verbose", "False"] + (["--n_threads", str(args.threads)] if args.threads else [])
+               "--n_ctx", "2048", "--verbose", "False",
+               "--interrupt_requests", "False"] + (["--n_threads", str(args.threads)] if args.threads else [])
         proc = start(cmd, url, tmp / "llama.log")
         try:
-            peer_rows = run_levels(url, args, True, levels, proc.pid)
+            peer_rows = run_levels(url, args, True, levels, proc.pid, envelope="json_object")
         finally:
             proc.terminate()
             proc.wait(30)
