@@ -126,3 +126,15 @@ def test_bad_requests_fail_at_submit(model: Model) -> None:
             s.submit(Request(list(range(3, 300)), max_tokens=1))
     with pytest.raises(ValueError, match="n_parallel"):
         Scheduler(model, n_parallel=9)
+
+
+def test_requests_ending_at_their_prompt_all_finish(model: Model) -> None:
+    """Several max_tokens=0 requests admitted in one step leave together with the others intact."""
+    s = Scheduler(model)                                  # submit starts the loop
+    try:
+        jobs = [s.submit(Request(f"p{i}", max_tokens=0 if i < 3 else 5, seed=i)) for i in range(4)]
+        results = [j.wait(60) for j in jobs]
+    finally:
+        s.close()
+    assert [len(r.tokens) for r in results[:3]] == [0, 0, 0] and len(results[3].tokens) == 5
+    assert {r.finish_reason for r in results[:3]} == {"length"}

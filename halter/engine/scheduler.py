@@ -103,6 +103,8 @@ class Job:
         self._done.set()
 
     def __iter__(self) -> Iterator[str]:
+        if self._sink != self._queue.put:
+            raise TypeError("this job's events go to its sink; iterate only a job submitted without one")
         while True:
             event = self._queue.get()
             if isinstance(event, Piece):
@@ -187,7 +189,7 @@ class Scheduler:
 
     def submit(self, request: Request, *, logprobs: int | None = None,
                sink: Callable[[Any], None] | None = None) -> Job:
-        """Validate, tokenize and queue ``request``; returns its ``Job`` at once.
+        """Validate, tokenize and queue ``request``; returns its ``Job`` at once (starts the loop).
 
         ``logprobs``: report each token's log-probability and this many top alternatives
         (``None``: none). Raises ``ValueError``/``TypeError`` for a bad request and
@@ -199,6 +201,7 @@ class Scheduler:
             raise ValueError(f"top logprobs must be in 0..20, got {logprobs}")
         row = _Row.prepare(self.model, request)
         job = Job(row, logprobs, sink)
+        self.start()
         with self._cv:
             if self._stop:
                 raise RuntimeError("the scheduler is closed")
@@ -266,13 +269,17 @@ class Scheduler:
             self._release(job, error=RuntimeError("cancelled"))
         # 1. prompt chunks, oldest request first, n_batch tokens in all
         budget = self.n_batch
-        for job in self._running:
+        for job in list(self._running):
             prompt = job.row.prompts[0]
             if job.fed >= len(prompt) or budget <= 0:
                 continue
             t0 = time.perf_counter()
             chunk = prompt[job.fed:job.fed + budget]
-            logits = model.decode([chunk], [job.seq])
+            try:
+                logits = model.decode([chunk], [job.seq])
+            except Exception as exc:                    # noqa: BLE001 - this request only
+                self._release(job, error=exc)
+                continue
             job.fed += len(chunk)
             budget -= len(chunk)
             job.row.timings.prompt_ms += (time.perf_counter() - t0) * 1e3
