@@ -39,6 +39,7 @@ def table_bytes(compiled: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from halter.constraints import resolve
     from halter.grammar import Grammar
     from halter.grammar.compiled import cache_dir
     from halter.grammar.vocab import Vocabulary
@@ -52,21 +53,23 @@ def run(args: argparse.Namespace) -> int:
     vocab = Vocabulary.from_gguf(args.vocab)
     t_vocab = time.perf_counter() - t
     if args.json_schema:
-        from halter.schemas import json_schema_to_gbnf
-        try:
-            text = json_schema_to_gbnf(_json(text, name))
-        except HalterError as err:
-            raise HalterError(f"{name}: {err}") from None
+        schema = _json(text, name)
+
+        def build() -> Any:
+            return resolve(json_schema=schema).grammar
+    else:
+        def build() -> Any:
+            return Grammar.from_gbnf(text, root=args.root) if args.root != "root" else resolve(grammar=text).grammar
     t = time.perf_counter()
     try:
-        grammar = Grammar.from_gbnf(text, root=args.root)
+        grammar = build()
     except HalterError as err:
         raise HalterError(f"{name}: {err}") from None
     cold = grammar.compile(vocab, cache=False, progress=False)
     t_cold = time.perf_counter() - t
     grammar.compile(vocab, cache=True, progress=False)      # writes the cache entry
     t = time.perf_counter()
-    again = Grammar.from_gbnf(text, root=args.root).compile(vocab, cache=True, progress=False)
+    again = build().compile(vocab, cache=True, progress=False)
     t_cached = time.perf_counter() - t
     print(f"grammar      {name}: {len(grammar.rules)} rules, {grammar._automata.n_positions} positions")
     print(f"vocabulary   {args.vocab}: {vocab.size} tokens (read in {t_vocab * 1e3:.0f} ms)")

@@ -228,8 +228,20 @@ class Model:
             self.cache.clear(0)
 
     def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> "GenerationResult | Stream":
-        """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``."""
+        """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``.
+
+        The constraint is ``grammar=`` or one of ``json_schema=``, ``regex=``, ``output_type=``,
+        ``response_format=`` (with ``schema_options=``), resolved as ``halter.generate`` does
+        (``halter.constraints``); the result is the engine's ``GenerationResult`` (text, tokens).
+        """
+        from halter.constraints import KINDS, resolve
         from halter.engine.generation import generate
+        given = {k: kwargs.pop(k) for k in KINDS if kwargs.get(k) is not None}
+        options = kwargs.pop("schema_options", None)
+        if given and not (set(given) == {"grammar"} and not isinstance(given["grammar"], str)):
+            kwargs["grammar"] = resolve(**given, schema_options=options).compile(self.vocab)
+        elif given:
+            kwargs["grammar"] = given["grammar"]
         return generate(self, prompt, **kwargs)
 
     def generate_batch(self, requests: "Sequence[Request]") -> "list[GenerationResult]":
