@@ -135,8 +135,9 @@ def json_value_parser(schema: Any) -> Callable[[str], Any]:
     ``uri``, ``email``, ``hostname``, ``ipv4``/``ipv6``, ``duration``, ...); ``SchemaError`` if invalid."""
     import jsonschema
 
+    from halter.schemas.format_check import format_checker
     validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+    validator = validator_cls(schema, format_checker=format_checker(validator_cls))
 
     def parse(text: str) -> Any:
         try:
