@@ -53,6 +53,7 @@ class SchemaWarning(UserWarning):
 
 def _draft_of(schema: Any) -> str:
     uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
+    uri = uri if isinstance(uri, str) else ""
     for key, name in _DRAFTS.items():
         if key in uri:
             return name
@@ -79,7 +80,10 @@ class Converter:
         self.draft = _draft_of(self.schema)
         self.rules = Rules()
         spec = target == "json-schema"       # Pydantic: no lone surrogates; no 3.0 for an int (strict mode)
-        self.js = JsonText(self.rules, whitespace, lone_surrogates=spec, integer_fractions=spec,
+        # draft-04 counts 1.0 as a number, not an integer (draft-06 on: any number with a zero fraction)
+        fractions = spec and self.draft != "draft4"
+        self.literal_fractions = spec        # enum/const 1 equals 1.0 in every draft
+        self.js = JsonText(self.rules, whitespace, lone_surrogates=spec, integer_fractions=fractions,
                            finite_numbers=not spec)
         self.strings = StringBuilder(self.js, self)
         self.embedded = EmbeddedJson(self)
@@ -202,6 +206,9 @@ class Converter:
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object or a boolean, not {type(schema).__name__}",
                               "#" + ptr)
+        if "$ref" in schema and not isinstance(schema["$ref"], str):
+            raise SchemaError(f"$ref must be a string (a URI reference), not {type(schema['$ref']).__name__}",
+                              f"#{ptr}/$ref", "$ref")
         schema = drafts.own_keywords(schema, self.draft)
         if len(self._inlining) > MAX_DEPTH:
             raise UnsupportedSchemaError("allOf/$ref nesting too deep (recursive allOf?)", "#" + ptr, "allOf")
