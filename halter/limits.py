@@ -27,6 +27,12 @@ class Limits:
     #: Values of one JSON Schema ``enum`` (each becomes part of the grammar).
     enum_values: int = 100_000
 
+    #: Nesting of arrays inside GGUF metadata arrays.
+    gguf_metadata_depth: int = 16
+
+    #: Dimensions of one GGUF tensor (ggml has at most 4).
+    tensor_dims: int = 4
+
 
 LIMITS = Limits()
 

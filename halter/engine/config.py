@@ -5,6 +5,7 @@ frozen dataclass; a missing or malformed key becomes a ``ModelLoadError`` naming
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -46,6 +47,9 @@ class ModelConfig:
         if arch is None:
             raise ModelLoadError("not a model file (no architecture)", path=path,
                                  field="general.architecture")
+        if not isinstance(arch, str):
+            raise ModelLoadError(f"architecture must be a string, not {type(arch).__name__}", path=path,
+                                 field="general.architecture")
         if arch not in ARCHITECTURES:
             raise ModelLoadError(
                 f"unsupported architecture {arch!r} (supported: {', '.join(sorted(ARCHITECTURES))})",
@@ -65,7 +69,7 @@ class ModelConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise ModelLoadError(f"expected a number, found {value!r}", path=path,
                                      field=f"{arch}.{key}")
-            return kind(value)
+            return checked_number(value, kind, path, f"{arch}.{key}")
 
         n_embd = num("embedding_length")
         n_head = num("attention.head_count")
@@ -83,13 +87,30 @@ class ModelConfig:
         if rope_dim != head_dim:
             raise ModelLoadError(f"partial rotary embeddings ({rope_dim} of {head_dim}) are not supported",
                                  path=path, field=f"{arch}.rope.dimension_count")
-        return ModelConfig(
+        config = ModelConfig(
             arch=arch, n_layer=num("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
             head_dim=head_dim, n_ff=num("feed_forward_length"), n_vocab=n_vocab,
             norm_eps=num("attention.layer_norm_rms_epsilon", 1e-5, float),
             rope_base=num("rope.freq_base", 10000.0, float), rope_dim=rope_dim, rope_type=rope_type,
             rope_linear_scale=factor if factor > 0 else 1.0, attn_bias=attn_bias,
             n_ctx_train=num("context_length", 4096))
+        config.check_values(path)
+        return config
+
+    def check_values(self, path: Any = None) -> None:
+        """``ModelLoadError`` naming the field for a hyper-parameter no model can have."""
+        a = self.arch
+        for value, key in ((self.n_layer, "block_count"), (self.n_embd, "embedding_length"),
+                           (self.n_head, "attention.head_count"), (self.head_dim, "attention.key_length"),
+                           (self.n_ff, "feed_forward_length"), (self.n_ctx_train, "context_length")):
+            if value < 1:
+                raise ModelLoadError(f"must be at least 1, found {value}", path=path, field=f"{a}.{key}")
+        for value, key in ((self.norm_eps, "attention.layer_norm_rms_epsilon"), (self.rope_base, "rope.freq_base")):
+            if not value > 0:
+                raise ModelLoadError(f"must be a positive number, found {value}", path=path, field=f"{a}.{key}")
+        if self.head_dim % 2:
+            raise ModelLoadError(f"head dimension {self.head_dim} must be even for rotary embeddings",
+                                 path=path, field=f"{a}.attention.key_length")
 
     def expected_tensors(self) -> Mapping[str, tuple[int, ...]]:
         """GGUF tensor name -> torch shape for every tensor the model needs (output.weight optional)."""
@@ -108,3 +129,12 @@ class ModelConfig:
                 shapes.update({b + "attn_q.bias": (q,), b + "attn_k.bias": (kv,),
                                b + "attn_v.bias": (kv,)})
         return shapes
+
+
+def checked_number(value: int | float, kind: type, path: Any, field: str) -> Any:
+    """``value`` as ``kind``; NaN, infinities and (for integers) fractions are a ``ModelLoadError``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ModelLoadError(f"expected a finite number, found {value}", path=path, field=field)
+    if kind is int and value != int(value):
+        raise ModelLoadError(f"expected an integer, found {value}", path=path, field=field)
+    return kind(value)
