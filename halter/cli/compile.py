@@ -6,11 +6,10 @@ from the on-disk cache), the table sizes and where the cache lives.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from halter.cli.inputs import parse_json, read_text
 from halter.errors import HalterError
 
 
@@ -45,10 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from halter.grammar.vocab import Vocabulary
 
     name = "<stdin>" if args.grammar == "-" else args.grammar
-    try:
-        text = sys.stdin.read() if args.grammar == "-" else Path(args.grammar).read_text(encoding="utf-8")
-    except OSError as err:
-        raise HalterError(f"cannot read {name!r}: {err.strerror or err}") from None
+    text = read_text(args.grammar, "schema file" if args.json_schema else "grammar file")
     t = time.perf_counter()
     vocab = Vocabulary.from_gguf(args.vocab)
     t_vocab = time.perf_counter() - t
@@ -82,8 +78,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _json(text: str, name: str) -> Any:
-    import json
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise HalterError(f"{name}: not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    return parse_json(text, name)
