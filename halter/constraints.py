@@ -78,6 +78,9 @@ def normalize(kind: str, spec: Any) -> tuple[str, Any]:
         spec = _response_format_schema(spec)
         if spec is None:
             return "none", None
+        if not isinstance(spec, (Mapping, bool)):          # data from a request, not a Python call
+            raise SchemaError(f"response_format's schema must be a JSON object or a boolean, not "
+                              f"{type(spec).__name__}")
         kind = "json_schema"
     if kind == "json_schema" and is_pydantic_model(spec):
         kind = "output_type"

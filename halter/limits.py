@@ -27,6 +27,10 @@ class Limits:
     #: Values of one JSON Schema ``enum`` (each becomes part of the grammar).
     enum_values: int = 100_000
 
+    #: String lengths and item/property counts a JSON Schema bound may name (``minLength``,
+    #: ``maxItems``, ...). A larger upper bound counts as no bound; a larger lower bound is an error.
+    length_bound: int = 1_000_000
+
     #: Nesting of arrays inside GGUF metadata arrays.
     gguf_metadata_depth: int = 16
 

@@ -85,6 +85,16 @@ def test_a_format_with_a_length_it_cannot_have_fails_before_expansion() -> None:
     assert g.matches("3") and not g.matches('"2024-01-01"')
 
 
+def test_length_bounds_beyond_the_limit() -> None:
+    with pytest.raises(LimitError) as info:
+        Grammar.from_json_schema({"properties": {"a": {"minLength": 1e308}}})
+    assert info.value.limit == "length_bound" and info.value.where == "#/properties/a/minLength"
+    g = Grammar.from_json_schema({"type": "string", "maxLength": 1e308})      # no output is that long
+    assert g.matches('"abc"')
+    g = Grammar.from_json_schema({"const": {"maxLength": 1e308}})            # data, not a bound
+    assert g.matches('{"maxLength": 1e308}') and not g.matches("{}")
+
+
 def test_a_long_mixed_enum_is_built_in_chunks() -> None:
     values = [f"v{i}" for i in range(300)] + list(range(300)) + [{"k": i} for i in range(20)] + [None]
     with warnings.catch_warnings():
