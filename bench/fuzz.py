@@ -420,6 +420,31 @@ def run_campaign(campaign: str, cases: int, seed: int = 0, out: Path | None = No
     return totals
 
 
+def plot(results: list[dict], path: Path) -> None:
+    """A stacked bar per campaign: accepted, refused with a HalterError, and each kind of failure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = [r["campaign"] for r in results]
+    parts = [("accepted", lambda r: r["ok"] - r["refused"], "#4c9a2a"),
+             ("refused (HalterError)", lambda r: r["refused"], "#8fbf6f"),
+             ("wrong", lambda r: r["wrong"], "#d95f02"), ("crash", lambda r: r["crash"], "#b2182b"),
+             ("hang", lambda r: r["hang"], "#7570b3"), ("memory", lambda r: r["memory"], "#444444")]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    bottom = [0] * len(results)
+    for label, count, color in parts:
+        values = [count(r) for r in results]
+        if any(values):
+            ax.bar(names, values, bottom=bottom, label=label, color=color)
+            bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel("cases")
+    ax.set_title("bench/fuzz.py: verdicts per campaign")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--campaign", choices=CAMPAIGNS, action="append", help="a campaign (repeatable)")
@@ -431,6 +456,7 @@ def main() -> None:
     ap.add_argument("--cpu-s", type=float, default=20.0, help="CPU seconds per case")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="wall-clock seconds per case")
     ap.add_argument("--json", action="store_true", help="print the totals as JSON")
+    ap.add_argument("--plot", type=Path, help="write a PNG of the verdicts per campaign (needs matplotlib)")
     ap.add_argument("--worker", choices=CAMPAIGNS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -451,6 +477,8 @@ def main() -> None:
                 print(f"    #{f['index']} {f['verdict']}: {f.get('detail', '')[:150]}")
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k != "failures"} for r in results]))
+    if args.plot:
+        plot(results, args.plot)
     if any(r[k] for r in results for k in ("crash", "hang", "memory", "wrong")):
         sys.exit(1)
 
