@@ -74,11 +74,16 @@ class MaskAssembler:
         """The packed mask (uint32 words) of tokens allowed from ``node``."""
         bits = self.node_memo.get(node.id)
         if bits is None:
-            self._tainted = False           # set by a cycle among suffixes: their parts are not memoised
-            try:
-                bits = self.node_memo[node.id] = self._shared(self._compute(node))
-            finally:
-                self._scratch.clear()
+            # one mask at a time per state space: ``_tainted``, ``_scratch`` and the in-progress sets
+            # belong to the mask being computed, and the walks fill shared tables
+            with self.space.lock:
+                bits = self.node_memo.get(node.id)
+                if bits is None:
+                    self._tainted = False       # set by a cycle among suffixes: their parts are not memoised
+                    try:
+                        bits = self.node_memo[node.id] = self._shared(self._compute(node))
+                    finally:
+                        self._scratch.clear()
         return bits
 
     def _shared(self, bits: np.ndarray) -> np.ndarray:
