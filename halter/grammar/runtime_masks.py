@@ -66,7 +66,6 @@ class MaskAssembler:
         self._tainted = False
         self._scratch: dict = {}                     # results of this mask not memoised for good
         self._narrow = NarrowWalker(cg.space, cg.trie)
-        self._has_escape: list[bool] | None = None
         self._row_tokens = None
 
     # -- entry point -------------------------------------------------------------------------
@@ -98,30 +97,31 @@ class MaskAssembler:
 
     def _compute(self, node: Node) -> np.ndarray:
         cg, a, zeros = self.cg, self.space.a, self.zeros
-        has_escape = self._has_escape
-        if has_escape is None:
-            has_escape = self._escape_positions()
         scan = node.scan
+        acc_of, esc_of = cg.pos_acc, cg.pos_esc
+        for d, _ in scan:
+            if acc_of[d] is None:                # a position met for the first time: build its tables
+                cg.ensure_positions([d for d, _ in scan])
+                break
         if len(scan) == 1:
-            out = cg.acc_bits[scan[0][0]].copy()
+            out = acc_of[scan[0][0]].copy()
         elif scan:
             ds = tuple(d for d, _ in scan)           # states that differ by their contexts alone share it
             acc = self._acc_memo.get(ds)
             if acc is None:
-                rows = cg.acc_bits
                 if len(ds) <= 4:                     # a few rows: ORs in place beat a gather and reduce
-                    acc = rows[ds[0]] | rows[ds[1]]
+                    acc = acc_of[ds[0]] | acc_of[ds[1]]
                     for d in ds[2:]:
-                        np.bitwise_or(acc, rows[d], out=acc)
+                        np.bitwise_or(acc, acc_of[d], out=acc)
                 else:
-                    acc = np.bitwise_or.reduce(rows[list(ds)], axis=0)
+                    acc = np.bitwise_or.reduce([acc_of[d] for d in ds], axis=0)
                 self._acc_memo[ds] = acc
             out = acc.copy()
         else:
             out = zeros.copy()
         ctx_returns = self.space.ctx_returns
         for d, ctx in scan:
-            if has_escape[d] and ctx_returns[ctx]:
+            if len(esc_of[d]) and ctx_returns[ctx]:
                 bits = self._escape_bits(d, ctx)
                 if bits is not zeros:
                     np.bitwise_or(out, bits, out=out)
@@ -131,12 +131,6 @@ class MaskAssembler:
         if node.accepting:
             np.bitwise_or(out, cg.eog_bits, out=out)
         return out
-
-    def _escape_positions(self) -> list[bool]:
-        """Per position: can its rule end within a token (so its callers' continuation matters)?"""
-        cg = self.cg
-        self._has_escape = (cg.esc_start[1:] > cg.esc_start[:-1]).tolist()
-        return self._has_escape
 
     # -- escapes -----------------------------------------------------------------------------
     def _escape_bits(self, d: int, ctx: int) -> np.ndarray:
@@ -309,6 +303,5 @@ class MaskAssembler:
     def _position_set(self, d: int) -> int:
         n_id = self._position_sets.get(d)
         if n_id is None:
-            cg = self.cg
-            n_id = self._position_sets[d] = self._intern(cg.esc_nodes[cg.esc_start[d]:cg.esc_start[d + 1]])
+            n_id = self._position_sets[d] = self._intern(self.cg.pos_esc[d])
         return n_id
