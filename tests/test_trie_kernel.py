@@ -44,3 +44,23 @@ def test_kernel_tables_equal_numpy_tables_on_real_vocab(vocab_name):
         assert (fast.pos_acc[d] == slow.pos_acc[d]).all(), d
         assert fast.pos_esc[d].tolist() == slow.pos_esc[d].tolist(), d
     assert random_walk_check(fast, 2, steps=12, sample=300) > 0
+
+
+def test_masks_with_and_without_the_kernel_are_equal_on_real_vocab():
+    """Escape walks (tokens that end a rule and go on in the caller) take the kernel too."""
+    import json
+    vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-gpt-2.gguf"))
+    fast = Grammar.from_json_schema(SCHEMA).compile(vocab, cache=False)
+    slow = Grammar.from_json_schema(SCHEMA).compile(vocab, cache=False)
+    slow.use_kernel = False
+    tb = vocab.token_bytes
+    data = json.dumps({"name": 'Jo "x" ok', "tags": ["beta", "alpha"], "n": 42, "when": "2024-02-29",
+                       "other": {"k": [1.5, None, "é"]}}, ensure_ascii=False).encode()
+    m, n, pos = fast.matcher(), slow.matcher(), 0
+    while pos < len(data):
+        mask = m.allowed_mask()
+        assert (mask == n.allowed_mask()).all(), data[:pos]
+        best = max((t for t in np.flatnonzero(mask) if data.startswith(tb[t], pos)), key=lambda t: len(tb[t]))
+        assert m.accept_token(int(best)) and n.accept_token(int(best))
+        pos += len(tb[best])
+    assert (m.allowed_mask() == n.allowed_mask()).all() and m.is_accepting()

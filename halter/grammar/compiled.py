@@ -116,12 +116,11 @@ class CompiledGrammar:
 
     def _build(self, positions: list[int], progress: bool | None) -> None:
         t0 = time.perf_counter()
-        if trie_kernel.available() and self.use_kernel:
-            if self._kernel is None:
-                self._kernel = trie_kernel.TrieKernel(self.trie, self.table)
+        kernel = self.kernel()
+        if kernel is not None:
             opaque = self.space.opaque_node
             for i, d in enumerate(positions):
-                self.pos_acc[d], self.pos_esc[d] = self._kernel.walk_position(opaque(d))
+                self.pos_acc[d], self.pos_esc[d] = kernel.walk_position(opaque(d))
                 if progress and (i % 64 == 63 or i == len(positions) - 1):
                     print(f"halter: building token tables for {self.vocab_size} tokens: "
                           f"{i + 1}/{len(positions)} positions, {time.perf_counter() - t0:.1f}s",
@@ -129,6 +128,13 @@ class CompiledGrammar:
         else:
             self._build_batches(positions, progress, t0)
         self.walk_seconds += time.perf_counter() - t0
+
+    def kernel(self) -> "trie_kernel.TrieKernel | None":
+        """The compiled trie walk for this grammar and vocabulary (None: numba missing, or
+        ``use_kernel`` switched off, and the numpy walks run instead)."""
+        if self._kernel is None and self.use_kernel and trie_kernel.available():
+            self._kernel = trie_kernel.TrieKernel(self.trie, self.table)
+        return self._kernel if self.use_kernel else None
 
     def _build_batches(self, positions: list[int], progress: bool | None, t0: float) -> None:
         """The numpy walk: positions 64 at a time, equal (trie node, state) pairs merged."""
@@ -278,6 +284,8 @@ def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
         except OSError:
             pass
     trie.tokens_of_rows(np.zeros(0, dtype=np.int64))    # the row -> tokens index, read by every table
+    if trie_kernel.available():
+        trie_kernel.flat_arrays(trie)
     _TRIES[key] = trie
     trie_kernel.warm()                 # once per process, with the vocabulary rather than a first mask
     return trie

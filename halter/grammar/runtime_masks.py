@@ -249,8 +249,12 @@ class MaskAssembler:
                 rows, esc = self._narrow.walk(start, node_list, want_escapes=True)
             else:
                 live = self._narrow.live_bytes(start)
-                rows, esc = walk_subtrees(cg.table, cg.trie, start, nodes, want_escapes=True,
-                                          first_bytes=live if len(live) < 64 else None)
+                first = live if len(live) < 64 else None
+                got = cg.kernel().walk_below(start, nodes, first) if cg.kernel() is not None else None
+                if got is not None:
+                    hit = self._walk_memo[key] = (self._shared(got[0]), self._intern(got[1]))
+                    return hit
+                rows, esc = walk_subtrees(cg.table, cg.trie, start, nodes, want_escapes=True, first_bytes=first)
             hit = self._walk_memo[key] = (self._bits_of_rows(rows), self._intern(esc))
         return hit
 

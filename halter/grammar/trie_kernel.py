@@ -90,7 +90,7 @@ def warm() -> None:
     if _kernel is None:
         return
     z64, z32 = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)
-    _kernel(np.zeros((1, 1), dtype=np.int32), np.zeros(1, dtype=bool), z32, z64, z64, z64 - 1, z64, z64, z64,
+    _kernel(np.zeros((1, 1), dtype=np.int32), np.zeros(1, dtype=bool), z32, z32, z32, z32 - 1, z32, z32, z32,
             z64[:0], z32[:0], np.zeros(1, dtype=np.uint32), z64.copy(), z32.copy(), z64.copy(), 0, z64.copy(),
             z32.copy(), z64 - 1, np.zeros((1, 1), dtype=np.int32), z32 - 1)
 
@@ -100,12 +100,24 @@ def available() -> bool:
     return _kernel is not None
 
 
+def flat_arrays(trie) -> tuple:
+    """The trie arrays the walk reads, as int32 (half the memory traffic of the int64 originals):
+    child ranges, row per node, and the row -> tokens index. Made once per trie."""
+    got = getattr(trie, "_kernel_arrays", None)
+    if got is None:
+        trie.tokens_of_rows(np.zeros(0, dtype=np.int64))            # builds the row -> tokens index
+        got = tuple(np.ascontiguousarray(x, dtype=np.int32) for x in
+                    (trie.child_lo, trie.child_hi, trie.node_row, trie._row_first, trie._row_count, trie._tok_sorted))
+        trie._kernel_arrays = got
+    return got
+
+
 class TrieKernel:
     """The flat arrays of one (trie, transition table) pair that the compiled walk reads."""
 
     def __init__(self, trie, table) -> None:
         self.trie, self.tt = trie, table
-        trie.tokens_of_rows(np.zeros(0, dtype=np.int64))            # builds the row -> tokens index
+        self.flat = flat_arrays(trie)
         self.node_cls = np.asarray(table.class_of, dtype=np.int64)[trie.byte].astype(np.int32)
         n = trie.n_nodes
         self.stack_n = np.empty(n + 1, dtype=np.int64)
@@ -116,14 +128,29 @@ class TrieKernel:
         self.first_level = np.arange(trie.level_start[0], trie.level_start[1] if n else 0, dtype=np.int64)
         self.n_words = (trie.n_vocab + 31) // 32
 
-    def walk_position(self, start, walk=None) -> tuple[np.ndarray, np.ndarray]:
+    def walk_position(self, start) -> tuple[np.ndarray, np.ndarray]:
         """(packed accepted tokens, sorted escape points) of a walk of the whole trie from ``start``
         (an opaque node), as ``masks.walk_trie_batch`` gives them for a batch of one."""
-        walk = walk or _kernel
-        tt, trie = self.tt, self.trie
+        return self._walk_from(start, self.first_level)
+
+    def walk_below(self, start, nodes: np.ndarray, first_bytes=None) -> tuple[np.ndarray, np.ndarray] | None:
+        """(packed tokens strictly below trie ``nodes`` readable from ``start``, escape points), as
+        ``masks.walk_subtrees(..., want_escapes=True)`` gives them; None when some of ``nodes`` lie
+        below others (the walk's buffers hold each trie node once: the caller walks with numpy)."""
+        trie = self.trie
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if len(nodes) > 1:
+            lo = trie.row_lo[nodes]
+            order = np.argsort(lo, kind="stable")
+            if (lo[order][1:] < trie.row_hi[nodes][order][:-1]).any():
+                return None
+        kids = trie.children_with_bytes(nodes, first_bytes) if first_bytes is not None else trie.children_of(nodes)
+        return self._walk_from(start, kids)
+
+    def _walk_from(self, start, items_n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        tt = self.tt
         tt.register(start)
         bits = np.zeros(self.n_words, dtype=np.uint32)
-        items_n = self.first_level
         items_s = np.full(len(items_n), start.id, dtype=np.int32)
         n_esc = 0
         # the first level's transitions, looked up (and made) together: most starts read few bytes
@@ -132,10 +159,9 @@ class TrieKernel:
         items_n, items_s = items_n[live], st[live].astype(np.int32)
         next_pos = tt.next_positions()
         while len(items_n):
-            n_esc, n_pend = walk(tt.table, tt.escaped, self.node_cls, trie.child_lo, trie.child_hi, trie.node_row,
-                                 trie._row_first, trie._row_count, trie._tok_sorted, items_n, items_s, bits,
-                                 self.stack_n, self.stack_s, self.esc, n_esc, self.pend_n, self.pend_s,
-                                 tt.single_pos, next_pos, tt.opaque_ids)
+            n_esc, n_pend = _kernel(tt.table, tt.escaped, self.node_cls, *self.flat, items_n, items_s, bits,
+                                    self.stack_n, self.stack_s, self.esc, n_esc, self.pend_n, self.pend_s,
+                                    tt.single_pos, next_pos, tt.opaque_ids)
             if not n_pend:
                 break
             pn, ps = self.pend_n[:n_pend].copy(), self.pend_s[:n_pend].copy()
