@@ -14,11 +14,13 @@ import hashlib
 import os
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from halter import cache as halter_cache
 from halter.errors import GrammarError
 from halter.grammar import trie_kernel
 from halter.grammar.automaton import AUTOMATON_VERSION
@@ -37,7 +39,8 @@ CACHE_VERSION = f"tables-3/automaton-{AUTOMATON_VERSION}"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HALTER_CACHE_DIR") or Path.home() / ".cache" / "halter")
+    """halter's cache directory (``halter.cache.directory()``)."""
+    return halter_cache.directory()
 
 
 class CompiledGrammar:
@@ -241,8 +244,17 @@ class CompiledGrammar:
                     self.pos_acc[d] = acc[k]
                     self.pos_esc[d] = nodes[start[k]:start[k + 1]]
             return True
-        except (OSError, KeyError, ValueError):
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):   # corrupt: rebuilt
             return False
+
+    def cache_path(self) -> Path:
+        """Where ``store()`` writes this grammar's tables in halter's cache."""
+        return halter_cache.path("tables", self.cache_key(), ".npz")
+
+    def store(self) -> bool:
+        """Write the tables built so far to halter's cache, where a later ``compile`` of the same
+        grammar for the same vocabulary (in any process) loads them; False if it cannot be written."""
+        return halter_cache.write_atomic(self.cache_path(), self.save)
 
     @classmethod
     def load(cls, path: str | os.PathLike, grammar: "Grammar", vocab: "Vocabulary") -> "CompiledGrammar":
@@ -259,7 +271,7 @@ class CompiledGrammar:
                 f"{self.compile_seconds * 1000:.0f}ms>")
 
 
-_TRIES: dict[str, TokenTrie] = {}
+_TRIES = halter_cache.memo("token tries", 8)
 
 
 def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
@@ -269,26 +281,21 @@ def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
     trie = _TRIES.get(key)
     if trie is not None:
         return trie
-    path = cache_dir() / f"trie-{key}.npz"
+    path = halter_cache.path("tries", key, ".npz")
     try:
         trie = TokenTrie.load(path) if path.exists() else None
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):   # corrupt: rebuilt below
         trie = None
     if trie is None:
         trie = TokenTrie(vocab.token_bytes, include)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            trie.save(tmp)
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        halter_cache.write_atomic(path, trie.save)
+    else:
+        halter_cache.touch(path)
     trie.tokens_of_rows(np.zeros(0, dtype=np.int64))    # the row -> tokens index, read by every table
     if trie_kernel.available():
         trie_kernel.flat_arrays(trie)
-    _TRIES[key] = trie
     trie_kernel.warm()                 # once per process, with the vocabulary rather than a first mask
-    return trie
+    return _TRIES.put(key, trie)
 
 
 RESERVED_STATES = 8192     # room for new parser states met while decoding, allocated up front
@@ -297,11 +304,16 @@ RESERVED_STATES = 8192     # room for new parser states met while decoding, allo
 def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True,
                     progress: bool | None = None) -> CompiledGrammar:
     """Compile ``grammar`` for ``vocab``: resolve token references and find the token trie (built once
-    per vocabulary and cached on disk); position tables are built when first needed. ``cache`` and
-    ``progress`` are kept for callers of the eager design: nothing is read from or written to the
-    table cache (``save``/``load`` do that by hand)."""
+    per vocabulary and cached on disk); position tables are built when first needed. With ``cache``,
+    tables an earlier ``store()`` wrote for the same grammar and vocabulary are loaded. ``progress``
+    is kept for callers of the eager design (``precompute`` takes it)."""
     t0 = time.perf_counter()
     cg = CompiledGrammar(grammar, vocab)
+    if cache:
+        path = cg.cache_path()
+        if path.exists() and cg._load_tables(path):
+            cg.from_cache = True
+            halter_cache.touch(path)
     cg.table.reserve(len(cg.space.nodes) * 2 + RESERVED_STATES)
     cg.compile_seconds = time.perf_counter() - t0
     return cg
