@@ -77,7 +77,10 @@ class Model:
              dtype: str | torch.dtype | None = None, n_ctx: int | None = None, *,
              n_batch: int = 512, n_seq_max: int = 2, progress: Progress = True,
              decode: str = "auto") -> "Model":
-        """Load ``path`` (GGUF, llama or qwen2 architecture) for inference.
+        """Load ``path`` (a GGUF file, or ``hf://OWNER/REPO/FILE.gguf``) for inference.
+
+        An ``hf://`` path is downloaded into halter's model cache first (``halter.fetch.pull``;
+        needs ``huggingface_hub``), or taken from the cache when it is there.
 
         ``device`` defaults to CUDA when available; ``dtype`` to bf16/fp16 on CUDA and fp32 on the
         CPU (also accepts "f32", "f16", "bf16"). ``n_ctx`` (default: the training context, at most
@@ -95,6 +98,8 @@ class Model:
         resolve_mode(decode, dev)                 # a bad mode fails before the file is read
         if n_batch < 1 or n_seq_max < 1:
             raise ValueError(f"n_batch ({n_batch}) and n_seq_max ({n_seq_max}) must be positive")
+        from halter.fetch import resolve_model_path
+        path = resolve_model_path(path, progress=bool(progress))
         config, tensors, _ = load_gguf(path, dtype=dt, device=dev, progress=progress)
         n_ctx = min(config.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if n_ctx < 1:
