@@ -6,7 +6,8 @@ Grammar side (no torch needed): ``Grammar``, ``Vocabulary``, ``CompiledGrammar``
 """
 from typing import Any
 
-from halter.errors import (FetchError, GrammarError, HalterError, IncompleteOutputError, ModelLoadError,
+from halter import cache, limits
+from halter.errors import (FetchError, GrammarError, HalterError, IncompleteOutputError, LimitError, ModelLoadError,
                            NoValidTokenError, SchemaError, UnsupportedSchemaError)
 from halter.grammar import Grammar, GrammarMatcher
 from halter.grammar.bitmask import allocate_bitmask, apply_bitmask, apply_token_bitmask_inplace
@@ -29,7 +30,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "FetchError", "GrammarError", "HalterError", "IncompleteOutputError", "ModelLoadError", "NoValidTokenError",
+    "FetchError", "GrammarError", "HalterError", "IncompleteOutputError", "LimitError", "ModelLoadError", "NoValidTokenError",
+    "cache", "limits",
     "SchemaError", "UnsupportedSchemaError", "__version__",
     "Grammar", "GrammarMatcher", "CompiledGrammar", "TokenMatcher", "Vocabulary",
     "allocate_bitmask", "apply_bitmask", "apply_token_bitmask_inplace", *_LAZY,

