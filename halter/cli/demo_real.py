@@ -25,7 +25,7 @@ PERSON_SCHEMA: dict[str, Any] = {
     "required": ["name", "age", "occupation", "city"],
     "additionalProperties": False,
 }
-PHONE_REGEX = r"\(?[0-9]{3}\)?[ -]?[0-9]{3}-[0-9]{4}"
+PHONE_REGEX = r"[0-9]{3}-[0-9]{3}-[0-9]{4}"
 YES_NO_GBNF = r'''root   ::= answer ", because " reason "."
 answer ::= "yes" | "no"
 reason ::= [a-zA-Z0-9 ,']{10,120}
@@ -43,17 +43,16 @@ class Task:
 
 TASKS = (
     Task("extract a person into a JSON schema",
-         [{"role": "system", "content": "You extract facts from text into JSON."},
-          {"role": "user", "content": "Extract the person (name, age, occupation, city) from: "
-                                      "\"Maria Lopez is a 34-year-old nurse who lives in Madrid.\""}],
+         [{"role": "user", "content": "Extract the person as JSON with name, age, occupation and "
+                                      "city.\nText: Maria Lopez, 34, is a nurse in Madrid."}],
          "json_schema", PERSON_SCHEMA, 60),
     Task("a phone number, by regex",
-         [{"role": "user", "content": "What is the phone number in this note? \"Call Bob at "
-                                      "555-867-5309 after six.\" Reply with the number only."}],
+         [{"role": "system", "content": "You copy phone numbers exactly as written."},
+          {"role": "user", "content": "Call Bob at 555-867-5309 after six. What is Bob's number?"}],
          "regex", PHONE_REGEX, 16),
     Task("yes or no with a reason, by GBNF",
-         [{"role": "user", "content": "Is the Pacific Ocean larger than the Atlantic Ocean? "
-                                      "Answer yes or no and give a short reason."}],
+         [{"role": "user", "content": "Is the sun hotter than the moon? Answer yes or no, then "
+                                      "give a short reason."}],
          "grammar", YES_NO_GBNF, 40),
 )
 

@@ -52,9 +52,14 @@ def _state_dict(c: ModelConfig, t: dict[str, torch.Tensor]) -> dict[str, torch.T
         sd[p + "attention.wqkv.weight"] = torch.cat([t[b + f"attn_{x}.weight"] for x in "qkv"])
         if c.attn_bias:
             sd[p + "attention.wqkv.bias"] = torch.cat([t[b + f"attn_{x}.bias"] for x in "qkv"])
-        for ours, theirs in (("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
-                             ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
-                             ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")):
+        names = [("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
+                 ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
+                 ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")]
+        if c.qk_norm:
+            names += [("attention.q_norm", "attn_q_norm"), ("attention.k_norm", "attn_k_norm")]
+        if c.post_norms:
+            names += [("post_attention_norm", "post_attention_norm"), ("post_ffn_norm", "post_ffw_norm")]
+        for ours, theirs in names:
             sd[p + ours + ".weight"] = t[b + theirs + ".weight"]
     return sd
 
@@ -114,9 +119,13 @@ class Model:
         rope = Rope(config.head_dim, config.rope_base, config.rope_type,
                     linear_scale=config.rope_linear_scale,
                     freq_factors=tensors.get("rope_freqs.weight"), device=dev)
+        if config.rope_base_swa:      # gemma3: sliding layers rotate with their own base, unscaled
+            net.rope_swa = Rope(config.head_dim, config.rope_base_swa, config.rope_type, device=dev)
         cache = KVCache(n_layer=config.n_layer, n_seq=n_seq_max, n_ctx=n_ctx,
                         n_head_kv=config.n_head_kv, head_dim=config.head_dim, rope=rope,
                         dtype=dt, device=dev)
+        if net.rope_swa is not None:
+            cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
     def set_decode(self, mode: str = "auto", *, backend: Any = None, min_span: int = 256) -> None:
