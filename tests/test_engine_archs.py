@@ -116,3 +116,48 @@ def test_gemma_without_sliding_window_names_the_key(tmp_path) -> None:
     with pytest.raises(ModelLoadError, match="missing metadata") as e:
         Model.load(path, progress=False)
     assert e.value.field == "gemma3.attention.sliding_window"
+
+
+def _llama3_factors(head_dim: int, base: float, factor: float, low: float, high: float,
+                    old_ctx: int) -> np.ndarray:
+    """The ``rope_freqs.weight`` llama.cpp's converter writes for ``rope_type: llama3``."""
+    import math
+
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * base ** (i / head_dim)
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def test_llama3_rope_scaling_matches_transformers(tmp_path) -> None:
+    base, params = 500000.0, {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192}
+    factors = _llama3_factors(HEAD_DIM, base, params["factor"], params["low_freq_factor"],
+                              params["high_freq_factor"], params["original_max_position_embeddings"])
+    assert {1.0, 8.0} < set(factors.tolist())          # high, low and smoothed frequencies all occur
+    path = build_tiny_gguf(tmp_path / "llama3.gguf", seed=5, rope_base=base, rope_freqs=factors,
+                           n_ctx_train=131072)
+    model = Model.load(path, device="cpu", n_ctx=2048, progress=False)
+    ids = _tokens(40, 9)
+    model.eval_prompt(ids[:20], 0)
+    model.cache.seq_add(0, 0, None, 1500)               # far positions, where the scaling matters
+    ours = model.eval_prompt(ids[20:], 0, all_logits=True)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file="llama3.gguf", dtype=torch.float32,
+        rope_parameters={"rope_type": "llama3", "rope_theta": base, **params})
+    pos = torch.tensor([list(range(1500, 1520)) + list(range(1520, 1540))])
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids]), position_ids=pos).logits[0, 20:]
+    assert _rel(ours, ref) < 1e-4, _rel(ours, ref)
+    plain = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="llama3.gguf",
+                                                              dtype=torch.float32)
+    with torch.no_grad():
+        unscaled = plain(torch.tensor([ids]), position_ids=pos).logits[0, 20:]
+    assert _rel(unscaled, ref) > 1e-3                    # the scaling changes the logits

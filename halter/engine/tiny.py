@@ -142,7 +142,7 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
                     n_ctx_train: int = 2048,
                     rope_base: float = 10000.0, tied_output: bool | None = None,
                     add_bos: bool = True, head_dim: int | None = None, sliding_window: int = 8,
-                    rope_base_swa: float | None = None) -> str:
+                    rope_base_swa: float | None = None, rope_freqs: "np.ndarray | None" = None) -> str:
     """Write a random-weight ``arch`` model (one of ``TINY_ARCHS``) to ``path``; returns the path.
 
     ``dtype`` is the type of the 2-D weights (norms stay F32). ``tied_output`` defaults to
@@ -153,6 +153,8 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
     sizes. ``add_bos`` applies to the tiny vocabulary only. ``head_dim`` (default
     ``n_embd // n_head``) is written as ``attention.key_length`` when it differs; gemma files get
     ``sliding_window`` and, when given, ``rope_base_swa`` (``rope.freq_base_swa``).
+    ``rope_freqs`` (``head_dim // 2`` values) is written as ``rope_freqs.weight``: the per-pair
+    frequency divisors by which llama.cpp's converter stores Llama 3.1's ``llama3`` rope scaling.
     """
     import gguf
 
@@ -247,6 +249,8 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
         put(b + "ffn_up.weight", normal(n_ff, n_embd, std=std))
         put(b + "ffn_down.weight", normal(n_embd, n_ff, std=n_ff ** -0.5))
     put("output_norm.weight", 1.0 + normal(n_embd, std=0.1))
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
     if not tied:
         put("output.weight", normal(n_vocab, n_embd, std=std))
     w.write_header_to_file()
