@@ -161,3 +161,48 @@ def test_llama3_rope_scaling_matches_transformers(tmp_path) -> None:
     with torch.no_grad():
         unscaled = plain(torch.tensor([ids]), position_ids=pos).logits[0, 20:]
     assert _rel(unscaled, ref) > 1e-3                    # the scaling changes the logits
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("llama.rope.scaling.type", "yarn", "unsupported rope scaling 'yarn'"),
+    ("llama.rope.scaling.type", "longrope", "unsupported rope scaling 'longrope'"),
+    ("llama.rope.dimension_count", 8, "partial rotary embeddings"),
+])
+def test_unsupported_fields_are_refused_by_name(tmp_path, key: str, value, message: str) -> None:
+    import gguf
+
+    src = build_tiny_gguf(tmp_path / "src.gguf", seed=1)
+    reader = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(os.fspath(tmp_path / "bad.gguf"), "llama")
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name in ("general.architecture", key):
+            continue
+        sub = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, field.contents(), field.types[0], sub)
+    if isinstance(value, str):
+        w.add_string(key, value)
+    else:
+        w.add_uint32(key, value)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=None)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelLoadError, match=message) as e:
+        Model.load(tmp_path / "bad.gguf", progress=False)
+    assert e.value.field == key
+
+
+def test_phi3_is_refused_by_name(tmp_path) -> None:
+    import gguf
+
+    w = gguf.GGUFWriter(os.fspath(tmp_path / "phi.gguf"), "phi3")
+    w.add_tensor("token_embd.weight", np.zeros((10, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelLoadError, match="unsupported architecture 'phi3'.*gemma3") as e:
+        Model.load(tmp_path / "phi.gguf", progress=False)
+    assert e.value.field == "general.architecture"
