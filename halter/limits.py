@@ -37,6 +37,10 @@ class Limits:
     #: Dimensions of one GGUF tensor (ggml has at most 4).
     tensor_dims: int = 4
 
+    #: Transformer blocks (``<arch>.block_count``) a GGUF model may declare; checked before any
+    #: per-layer structure is made.
+    model_layers: int = 4096
+
 
 LIMITS = Limits()
 

@@ -52,9 +52,14 @@ def _state_dict(c: ModelConfig, t: dict[str, torch.Tensor]) -> dict[str, torch.T
         sd[p + "attention.wqkv.weight"] = torch.cat([t[b + f"attn_{x}.weight"] for x in "qkv"])
         if c.attn_bias:
             sd[p + "attention.wqkv.bias"] = torch.cat([t[b + f"attn_{x}.bias"] for x in "qkv"])
-        for ours, theirs in (("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
-                             ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
-                             ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")):
+        names = [("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
+                 ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
+                 ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")]
+        if c.qk_norm:
+            names += [("attention.q_norm", "attn_q_norm"), ("attention.k_norm", "attn_k_norm")]
+        if c.post_norms:
+            names += [("post_attention_norm", "post_attention_norm"), ("post_ffn_norm", "post_ffw_norm")]
+        for ours, theirs in names:
             sd[p + ours + ".weight"] = t[b + theirs + ".weight"]
     return sd
 
@@ -77,7 +82,10 @@ class Model:
              dtype: str | torch.dtype | None = None, n_ctx: int | None = None, *,
              n_batch: int = 512, n_seq_max: int = 2, progress: Progress = True,
              decode: str = "auto") -> "Model":
-        """Load ``path`` (GGUF, llama or qwen2 architecture) for inference.
+        """Load ``path`` (a GGUF file, or ``hf://OWNER/REPO/FILE.gguf``) for inference.
+
+        An ``hf://`` path is downloaded into halter's model cache first (``halter.fetch.pull``;
+        needs ``huggingface_hub``), or taken from the cache when it is there.
 
         ``device`` defaults to CUDA when available; ``dtype`` to bf16/fp16 on CUDA and fp32 on the
         CPU (also accepts "f32", "f16", "bf16"). ``n_ctx`` (default: the training context, at most
@@ -95,6 +103,8 @@ class Model:
         resolve_mode(decode, dev)                 # a bad mode fails before the file is read
         if n_batch < 1 or n_seq_max < 1:
             raise ValueError(f"n_batch ({n_batch}) and n_seq_max ({n_seq_max}) must be positive")
+        from halter.fetch import resolve_model_path
+        path = resolve_model_path(path, progress=bool(progress))
         config, tensors, _ = load_gguf(path, dtype=dt, device=dev, progress=progress)
         n_ctx = min(config.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if n_ctx < 1:
@@ -109,9 +119,13 @@ class Model:
         rope = Rope(config.head_dim, config.rope_base, config.rope_type,
                     linear_scale=config.rope_linear_scale,
                     freq_factors=tensors.get("rope_freqs.weight"), device=dev)
+        if config.rope_base_swa:      # gemma3: sliding layers rotate with their own base, unscaled
+            net.rope_swa = Rope(config.head_dim, config.rope_base_swa, config.rope_type, device=dev)
         cache = KVCache(n_layer=config.n_layer, n_seq=n_seq_max, n_ctx=n_ctx,
                         n_head_kv=config.n_head_kv, head_dim=config.head_dim, rope=rope,
                         dtype=dt, device=dev)
+        if net.rope_swa is not None:
+            cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
     def set_decode(self, mode: str = "auto", *, backend: Any = None, min_span: int = 256) -> None:
