@@ -192,7 +192,9 @@ class SamplingParams:
                          Mirostat(n_vocab, seed, self.mirostat_tau, self.mirostat_eta, 100)]
         else:
             samplers += [Temperature(self.temperature), MirostatV2(seed, self.mirostat_tau, self.mirostat_eta)]
-        return SamplerChain(samplers, seed=seed)
+        chain = SamplerChain(samplers, seed=seed)
+        chain.params = self.replace(seed=seed)     # type: ignore[attr-defined]  # what built it (device sampling)
+        return chain
 
     def _make(self, name: str, n_vocab: int, seed: int, vocab: Any, n_ctx_train: int | None,
               tokenize: Any) -> Sampler:
