@@ -98,8 +98,10 @@ def resolve_constraint(model: Any, *, grammar: Any = None, json_schema: Any = No
 # -- prompts and samplers ------------------------------------------------------------------------
 
 def _prompt_args(model: Any, prompt: Any, chat_template: str | None, tools: Any = None,
-                 template_kwargs: Mapping[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template."""
+                 template_kwargs: Mapping[str, Any] | None = None,
+                 **template_vars: Any) -> tuple[Any, dict[str, Any]]:
+    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template
+    (``tools``, ``template_kwargs`` and ``template_vars`` are passed to it)."""
     if isinstance(prompt, str):
         return prompt, {}
     if is_chat_prompt(prompt):
@@ -109,7 +111,7 @@ def _prompt_args(model: Any, prompt: Any, chat_template: str | None, tools: Any 
         bos, eos = text_of(vocab.bos_id), text_of(vocab.eos_id)
         template = chat_template if chat_template is not None else chat_template_of(model)
         text = render_chat(template, prompt, bos_token=bos, eos_token=eos, tools=tools,
-                           **dict(template_kwargs or {}))
+                           **{**dict(template_kwargs or {}), **template_vars})
         return text, {"parse_special": True, "add_bos": None if not bos or not text.startswith(bos) else False}
     if isinstance(prompt, (list, tuple, np.ndarray)) and all(isinstance(t, (int, np.integer)) for t in prompt):
         return [int(t) for t in prompt], {}

@@ -40,6 +40,8 @@ class Limits:
     #: Transformer blocks (``<arch>.block_count``) a GGUF model may declare; checked before any
     #: per-layer structure is made.
     model_layers: int = 4096
+    #: Bytes of one HTTP request body accepted by ``halter serve`` (larger bodies get 413).
+    request_body_bytes: int = 16 * 1024 * 1024
 
 
 LIMITS = Limits()
