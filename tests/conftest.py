@@ -2,11 +2,13 @@
 loading a bench script as a module (the fuzz tests run small rounds of them)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# ../shared beside the checkout; HALTER_SHARED_DIR points elsewhere (a checkout in another place)
+SHARED = Path(os.environ.get("HALTER_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared")
 
 
 def shared_path(*parts: str) -> Path:
@@ -25,6 +27,19 @@ def bench_module(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_models(tmp_path_factory):
+    """Tiny random-weight llama models with real tokenizers (llama.cpp's SentencePiece and GPT-2
+    vocabularies from ../shared/vocab), each as a GGUF file and as the Hugging Face folder
+    ``transformers`` writes from it: ``{"llama-spm": (gguf, folder), "gpt-2": (gguf, folder)}``.
+    Built once per run; needs ``transformers``."""
+    pytest.importorskip("transformers")
+    from tests.hf_models import build_tiny_hf
+    root = tmp_path_factory.mktemp("hf-models")
+    return {name: build_tiny_hf(shared_path("vocab", f"ggml-vocab-{name}.gguf"), root / name)
+            for name in ("llama-spm", "gpt-2")}
 
 
 @pytest.fixture(autouse=True, scope="session")
