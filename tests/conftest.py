@@ -29,17 +29,27 @@ def bench_module(name: str):
     return module
 
 
+class _TinyHF(dict):
+    """name -> (gguf path, Hugging Face folder); each model built on first use."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name: str):
+        from tests.hf_models import build_tiny_hf
+        value = self[name] = build_tiny_hf(shared_path("vocab", f"ggml-vocab-{name}.gguf"), self.root / name)
+        return value
+
+
 @pytest.fixture(scope="session")
 def tiny_hf_models(tmp_path_factory):
-    """Tiny random-weight llama models with real tokenizers (llama.cpp's SentencePiece and GPT-2
-    vocabularies from ../shared/vocab), each as a GGUF file and as the Hugging Face folder
-    ``transformers`` writes from it: ``{"llama-spm": (gguf, folder), "gpt-2": (gguf, folder)}``.
-    Built once per run; needs ``transformers``."""
+    """Tiny random-weight llama models with real tokenizers (llama.cpp's vocabularies from
+    ../shared/vocab, e.g. ``"llama-spm"``, ``"gpt-2"``), each as a GGUF file and as the Hugging
+    Face folder ``transformers`` writes from it: ``tiny_hf_models[name] -> (gguf, folder)``.
+    Built once per run, on first use; needs ``transformers``."""
     pytest.importorskip("transformers")
-    from tests.hf_models import build_tiny_hf
-    root = tmp_path_factory.mktemp("hf-models")
-    return {name: build_tiny_hf(shared_path("vocab", f"ggml-vocab-{name}.gguf"), root / name)
-            for name in ("llama-spm", "gpt-2")}
+    return _TinyHF(tmp_path_factory.mktemp("hf-models"))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -142,7 +142,7 @@ class GrammarCache:
         key = (vocab_key, constraint)
         with self._lock:
             fut = self._entries.get(key)
-            if fut is not None:
+            if fut is not None and not (fut.done() and fut.exception() is not None):
                 self._entries.move_to_end(key)
                 return fut
             fut = self._pool.submit(self._compile, constraint, vocab)

@@ -40,6 +40,7 @@ from halter.grammar.bitmask import apply_bitmask, bitmask_words, bool_to_bitmask
 from halter.integrations.constraints import Constraint, ConstraintError, GrammarCache, parse_constraint
 
 try:
+    from vllm.exceptions import VLLMValidationError
     from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 except ImportError as exc:        # pragma: no cover - exercised only without vLLM
     raise ImportError("halter.integrations.vllm needs vLLM (pip install vllm; on a CPU-only machine "
@@ -121,7 +122,8 @@ class HalterLogitsProcessor(LogitsProcessor):
     # -- vLLM interface ------------------------------------------------------------------------
     @classmethod
     def validate_params(cls, sampling_params: "SamplingParams") -> None:
-        """Reject malformed constraints up front (vLLM answers HTTP 400 with the message)."""
+        """Reject malformed constraints up front: vLLM raises the error to ``LLM.generate``'s
+        caller, and answers HTTP 400 with the message (grammar errors give line and column)."""
         try:
             constraint = constraint_of(sampling_params)
             if constraint is None:
@@ -130,10 +132,8 @@ class HalterLogitsProcessor(LogitsProcessor):
                 raise ConstraintError("halter constraints end the output when the grammar is "
                                       "complete; ignore_eos and min_tokens cannot be combined with them")
             constraint.build()          # syntax and schema errors, with line and column
-        except ValueError:
-            raise
-        except Exception as exc:       # halter's typed errors that are not ValueErrors
-            raise ValueError(f"halter: {exc}") from exc
+        except Exception as exc:
+            raise VLLMValidationError(f"halter: {exc}", parameter="extra_args") from exc
 
     def is_argmax_invariant(self) -> bool:
         return False
