@@ -79,8 +79,17 @@ def test_one_compilation_shared_by_concurrent_requests(vocab) -> None:
     assert cache.compiled == 1 and len(cache) == 1
     m1, m2 = results[0].matcher(), results[0].matcher()          # independent matchers
     assert m1.accept_bytes(b'{"n":1') and not m2.is_accepting() and m2.accept_bytes(b'{"n"')
-    other = cache.get(parse_constraint({"halter_regex": "[0-9]+"}), lambda: vocab)   # a vocab loader
+    loaded = []
+
+    def loader():
+        loaded.append(1)
+        return vocab
+    digits = parse_constraint({"halter_regex": "[0-9]+"})
+    other = cache.get(digits, loader, vocab_key="bytes")         # a vocabulary built on first use
+    assert cache.get(digits, loader, vocab_key="bytes") is other and len(loaded) == 1
     assert other is not results[0] and cache.compiled == 2
+    with pytest.raises(TypeError, match="vocab_key"):
+        cache.submit(digits, loader)
     cache.close()
 
 

@@ -134,11 +134,15 @@ class GrammarCache:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="halter-compile")
         self.compiled = 0          # compilations started (cache misses)
 
-    def submit(self, constraint: Constraint, vocab: Any | Callable[[], Any]) -> Future:
-        """The compiled grammar for ``constraint``, as a future. ``vocab`` is a Vocabulary or a
-        function returning one (called on the worker thread; must return the same vocabulary
-        every time, as its fingerprint keys the cache)."""
-        vocab_key = vocab.fingerprint() if hasattr(vocab, "fingerprint") else f"fn:{id(vocab)}"
+    def submit(self, constraint: Constraint, vocab: Any | Callable[[], Any], *,
+               vocab_key: str | None = None) -> Future:
+        """The compiled grammar for ``constraint``, as a future. ``vocab`` is a Vocabulary, or a
+        function returning one (called on the worker thread, so a vocabulary is built only when
+        first needed) together with ``vocab_key``, a string naming that vocabulary."""
+        if vocab_key is None:
+            if not hasattr(vocab, "fingerprint"):
+                raise TypeError("GrammarCache.submit: a vocabulary loader needs a vocab_key")
+            vocab_key = vocab.fingerprint()
         key = (vocab_key, constraint)
         with self._lock:
             fut = self._entries.get(key)
@@ -153,9 +157,10 @@ class GrammarCache:
         fut.add_done_callback(lambda f, k=key: self._forget_failure(k, f))
         return fut
 
-    def get(self, constraint: Constraint, vocab: Any | Callable[[], Any]) -> Any:
+    def get(self, constraint: Constraint, vocab: Any | Callable[[], Any], *,
+            vocab_key: str | None = None) -> Any:
         """The compiled grammar, blocking until it is ready (raises the compilation's error)."""
-        return self.submit(constraint, vocab).result()
+        return self.submit(constraint, vocab, vocab_key=vocab_key).result()
 
     @staticmethod
     def _compile(constraint: Constraint, vocab: Any) -> Any:

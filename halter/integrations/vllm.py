@@ -145,11 +145,18 @@ class HalterLogitsProcessor(LogitsProcessor):
         for index in batch_update.removed:
             rows.pop(index, None)
         for index, params, _prompt, output in batch_update.added:
-            constraint = constraint_of(params)
+            try:
+                constraint = constraint_of(params)
+            except ConstraintError as exc:    # validate_params did not run: fail this request only
+                constraint, future = None, Future()
+                future.set_exception(exc)
+                rows[index] = _Row(future, output)
+                continue
             if constraint is None:
                 rows.pop(index, None)
                 continue
-            rows[index] = _Row(GRAMMARS.submit(constraint, self._vocabulary), output)
+            rows[index] = _Row(GRAMMARS.submit(constraint, self._vocabulary,
+                                               vocab_key=repr(self._vocab_key)), output)
         for a, b, direction in batch_update.moved:
             row_a, row_b = rows.pop(a, None), rows.pop(b, None)
             if row_a is not None:
