@@ -149,6 +149,114 @@ def std_sort(a: list, first: int, last: int, less) -> None:
         _insertion_sort(a, first, last, less)
 
 
+# -- std::sort over numpy keys: Hoare partitions vectorised, leaves finished by a stable sort -------
+
+def _cumsum0(x: np.ndarray) -> np.ndarray:
+    out = np.zeros(x.shape[0], dtype=np.int64)
+    np.cumsum(x[:-1], out=out[1:])
+    return out
+
+
+def std_sort_perm(keys: np.ndarray) -> np.ndarray:
+    """The permutation ``std::sort`` (libstdc++) leaves on ``0..n-1`` ordered by ascending ``keys``.
+
+    Introsort level by level: every segment longer than 16 of one level is partitioned at once
+    (median of three moved to the front, then the Hoare scans, see ``_partition_np``); a segment
+    whose depth budget runs out is heap-sorted; the final insertion sort, which only ever moves
+    entries inside their leaf segment and is stable, is a stable sort per leaf.
+    """
+    n = keys.shape[0]
+    return std_sort_segments(keys.astype(np.float64), np.arange(n), np.array([0]), np.array([n]))
+
+
+def _segments_with_ties(k: np.ndarray, a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    lengths = hi - lo
+    seg = np.repeat(np.arange(lo.shape[0]), lengths)
+    pos = np.arange(seg.shape[0]) - np.repeat(_cumsum0(lengths), lengths) + np.repeat(lo, lengths)
+    kv = k[a[pos]]
+    o = np.lexsort((kv, seg))
+    kv, seg = kv[o], seg[o]
+    dup = (kv[1:] == kv[:-1]) & (seg[1:] == seg[:-1])
+    return np.bincount(seg[1:][dup], minlength=lo.shape[0]) > 0
+
+
+def std_sort_segments(k: np.ndarray, a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``std::sort`` run separately on each segment ``a[lo[i]:hi[i]]`` (entries index ``k``)."""
+    n = a.shape[0]
+    a = a.copy()
+    if n < 2:
+        return a
+    if np.isnan(k[a]).any():    # NaN compares false both ways: the plain step-by-step algorithm
+        for l, h in zip(lo.tolist(), hi.tolist()):
+            items = list(zip(k[a[l:h]].tolist(), a[l:h].tolist()))
+            std_sort(items, 0, h - l, _less)
+            a[l:h] = [i for _, i in items]
+        return a
+    starts = np.zeros(n + 1, dtype=np.int64)
+    starts[lo] += 1
+    lens = np.maximum(hi - lo, 1)
+    dep = 2 * (np.floor(np.log2(lens)).astype(np.int64))
+    level = 0
+    while lo.size:
+        if level % 3 == 0:
+            # a segment without equal keys comes out sorted whatever the algorithm does: finish it
+            tied = _segments_with_ties(k, a, lo, hi)
+            starts[lo[~tied]] += 1
+            lo, hi, dep = lo[tied], hi[tied], dep[tied]
+        level += 1
+        big = (hi - lo) > _THRESHOLD
+        starts[lo[~big]] += 1
+        heap = big & (dep == 0)
+        for l, h in zip(lo[heap].tolist(), hi[heap].tolist()):
+            starts[l] += 1
+            seg = a[l:h].tolist()
+            partial_sort(seg, 0, len(seg), len(seg), lambda x, y: k[x] < k[y])
+            a[l:h] = seg
+        act = big & (dep > 0)
+        lo, hi, dep = lo[act], hi[act], dep[act] - 1
+        if not lo.size:
+            break
+        S = lo.shape[0]
+        x, y, z = lo + 1, lo + (hi - lo) // 2, hi - 1
+        kx, ky, kz = k[a[x]], k[a[y]], k[a[z]]
+        pick = np.where(kx < ky, np.where(ky < kz, y, np.where(kx < kz, z, x)),
+                        np.where(kx < kz, x, np.where(ky < kz, z, y)))
+        tmp = a[lo].copy()
+        a[lo] = a[pick]
+        a[pick] = tmp
+        pv = k[a[lo]]
+        lengths = hi - lo - 1
+        seg = np.repeat(np.arange(S), lengths)
+        pos = np.arange(seg.shape[0]) - np.repeat(_cumsum0(lengths), lengths) + np.repeat(lo + 1, lengths)
+        kv = k[a[pos]]
+        is_l = ~(kv < pv[seg])
+        is_r = ~(pv[seg] < kv)
+        lpos, rpos = pos[is_l], pos[is_r]
+        n_l = np.bincount(seg[is_l], minlength=S)
+        n_r = np.bincount(seg[is_r], minlength=S)
+        off_l, off_r = _cumsum0(n_l), _cumsum0(n_r)
+        m = np.minimum(n_l, n_r)
+        pseg = np.repeat(np.arange(S), m)
+        pi = np.arange(pseg.shape[0]) - np.repeat(_cumsum0(m), m)
+        lp = lpos[off_l[pseg] + pi]
+        rp = rpos[off_r[pseg] + n_r[pseg] - 1 - pi]      # right stops run from the end
+        cross = m.copy()
+        hit = np.flatnonzero(lp >= rp)
+        if hit.size:
+            np.minimum.at(cross, pseg[hit], pi[hit])
+        sw = pi < cross[pseg]
+        li, ri = lp[sw], rp[sw]
+        tmp = a[li].copy()
+        a[li] = a[ri]
+        a[ri] = tmp
+        cut = np.where(cross < n_l, lpos[np.minimum(off_l + cross, lpos.shape[0] - 1)], hi)
+        prev_r = np.where(cross > 0, rpos[np.clip(off_r + n_r - cross, 0, max(rpos.shape[0] - 1, 0))], hi)
+        cut = np.minimum(cut, prev_r)
+        lo, hi, dep = np.concatenate([lo, cut]), np.concatenate([cut, hi]), np.concatenate([dep, dep])
+    leaf = np.cumsum(starts[:n])
+    return a[np.lexsort((k[a], leaf))]
+
+
 # -- the permutations, with numpy fast paths --------------------------------------------------------
 
 def _has_ties(values: np.ndarray) -> bool:
@@ -171,29 +279,32 @@ def std_sort_desc(logits: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``std::sort`` of the entries ``idx`` (in that order) by descending logit."""
     if not _has_ties(logits[idx]):
         return idx[np.argsort(-logits[idx], kind="stable")]
-    a = _desc_pairs(logits, idx)
-    std_sort(a, 0, len(a), _less)
-    return np.fromiter((p[1] for p in a), dtype=np.int64, count=len(a))
+    return idx[std_sort_perm(-logits[idx].astype(np.float64))]
 
 
 def std_partial_sort_desc(logits: np.ndarray, idx: np.ndarray, k: int) -> np.ndarray:
     """The first ``k`` entries ``std::partial_sort(first, first + k, last, greater)`` leaves."""
-    n = idx.shape[0]
-    vals = logits[idx]
+    n = logits.shape[0] if idx is None else idx.shape[0]
+    k = min(k, n)
+    vals = logits if idx is None else logits[idx]
+    neg = np.negative(vals, dtype=np.float32)
     if k >= n:
         if not _has_ties(vals):
-            return idx[np.argsort(-vals, kind="stable")]
+            out = np.argsort(neg, kind="stable")
+            return out if idx is None else idx[out]
     else:
-        part = np.partition(-vals, (k - 1, k))
-        top = -part[:k]
-        if part[k - 1] != part[k] and not _has_ties(top) and not np.isnan(vals).any():
-            sel = np.argpartition(-vals, k - 1)[:k]
-            return idx[sel[np.argsort(-vals[sel], kind="stable")]]
+        sel = np.argpartition(neg, k)
+        top = sel[:k]
+        top_neg = neg[top]
+        if top_neg.max() < neg[sel[k]] and not _has_ties(top_neg):
+            out = top[np.argsort(top_neg, kind="stable")]
+            return out if idx is None else idx[out]
+    if idx is None:
+        idx = np.arange(n)
     a = _desc_pairs(logits, idx)
     # heap select over the first k, scanning the rest in chunks: an entry can only enter the heap
     # when it beats the current heap top, so most chunks are skipped by one numpy comparison
     _make_heap(a, 0, k, _less)
-    neg = -vals.astype(np.float64)
     pos = k
     while pos < n:
         end = min(n, pos + 4096)
@@ -228,21 +339,21 @@ def bucket_sort_desc(logits: np.ndarray, npartial: int) -> np.ndarray:
     cum = np.cumsum(histo[::-1])
     ib = _NBUCKETS - 1 - int(np.searchsorted(cum, npartial, side="left"))
     ib = max(ib, 0)
-    out = []
     order = np.argsort(-bidx, kind="stable")          # bucket by bucket, each in array order
-    starts = np.concatenate([[0], np.cumsum(histo[::-1])])
-    for j in range(_NBUCKETS - 1, ib - 1, -1):
-        lo, hi = starts[_NBUCKETS - 1 - j], starts[_NBUCKETS - j]
-        if hi == lo:
-            continue
-        members = order[lo:hi]
-        if j > ib:
-            out.append(std_sort_desc(logits, members))
+    bounds = np.concatenate([[0], np.cumsum(histo[::-1])])
+    lo_ib, hi_ib = int(bounds[_NBUCKETS - 1 - ib]), int(bounds[_NBUCKETS - ib])
+    full = order[:lo_ib]
+    if lo_ib:
+        los, his = bounds[:_NBUCKETS - 1 - ib], bounds[1:_NBUCKETS - ib]
+        keep = his > los
+        los, his = los[keep], his[keep]
+        vals = logits[full]
+        if _has_ties(vals) or np.isnan(vals).any():
+            full = std_sort_segments(-logits.astype(np.float64), full, los, his)
         else:
-            done = sum(x.shape[0] for x in out)
-            out.append(std_partial_sort_desc(logits, members, npartial - done))
-    res = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-    return res[:npartial]
+            full = full[np.argsort(-vals, kind="stable")]
+    rest = std_partial_sort_desc(logits, order[lo_ib:hi_ib], npartial - lo_ib)
+    return np.concatenate([full, rest])[:npartial]
 
 
 def sort_order(logits: np.ndarray, npartial: int) -> np.ndarray:
@@ -252,7 +363,7 @@ def sort_order(logits: np.ndarray, npartial: int) -> np.ndarray:
     if npartial <= 0:
         return np.zeros(0, dtype=np.int64)
     if npartial <= 128:
-        return std_partial_sort_desc(logits, np.arange(n), npartial)
+        return std_partial_sort_desc(logits, None, npartial)
     return bucket_sort_desc(logits, npartial)
 
 
@@ -261,6 +372,4 @@ def std_sort_by(keys: np.ndarray) -> np.ndarray:
     n = keys.shape[0]
     if not _has_ties(keys):
         return np.argsort(keys, kind="stable")
-    a = list(zip(keys.astype(np.float64).tolist(), range(n)))
-    std_sort(a, 0, n, _less)
-    return np.fromiter((p[1] for p in a), dtype=np.int64, count=n)
+    return std_sort_perm(keys)
