@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="halter", description="Grammar-constrained generation for GGUF models.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     validate.add_parser(sub)
-    for name in ("run", "schema2gbnf", "compile", "demo"):
+    for name in ("run", "schema2gbnf", "compile", "demo", "cache_cmd"):
         try:
             module = __import__(f"halter.cli.{name}", fromlist=["add_parser"])
         except ImportError:

@@ -11,11 +11,13 @@ import hashlib
 import os
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from halter import cache as halter_cache
 from halter.errors import GrammarError
 from halter.grammar.automaton import AUTOMATON_VERSION
 from halter.grammar.masks import (BATCH, TransitionTable, or_by_key, owner_bits, owners_to_rows, pack_bits,
@@ -33,7 +35,8 @@ CACHE_VERSION = f"tables-2/automaton-{AUTOMATON_VERSION}"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HALTER_CACHE_DIR") or Path.home() / ".cache" / "halter")
+    """halter's cache directory (``halter.cache.directory()``)."""
+    return halter_cache.directory()
 
 
 class CompiledGrammar:
@@ -164,7 +167,7 @@ class CompiledGrammar:
                 self.acc_bits, self.esc_start = z["acc_bits"], z["esc_start"]
                 self.esc_nodes = z["esc_nodes"]
             return True
-        except (OSError, KeyError, ValueError):
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):   # corrupt: rebuilt
             return False
 
     @classmethod
@@ -182,7 +185,7 @@ class CompiledGrammar:
                 f"{self.compile_seconds * 1000:.0f}ms>")
 
 
-_TRIES: dict[str, TokenTrie] = {}
+_TRIES = halter_cache.memo("token tries", 8)
 
 
 def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
@@ -192,22 +195,17 @@ def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
     trie = _TRIES.get(key)
     if trie is not None:
         return trie
-    path = cache_dir() / f"trie-{key}.npz"
+    path = halter_cache.path("tries", key, ".npz")
     try:
         trie = TokenTrie.load(path) if path.exists() else None
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):   # corrupt: rebuilt below
         trie = None
     if trie is None:
         trie = TokenTrie(vocab.token_bytes, include)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            trie.save(tmp)
-            os.replace(tmp, path)
-        except OSError:
-            pass
-    _TRIES[key] = trie
-    return trie
+        halter_cache.write_atomic(path, trie.save)
+    else:
+        halter_cache.touch(path)
+    return _TRIES.put(key, trie)
 
 
 RESERVED_STATES = 8192     # room for new parser states met while decoding, allocated up front
@@ -217,17 +215,14 @@ def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = Tr
                     progress: bool | None = None) -> CompiledGrammar:
     t0 = time.perf_counter()
     cg = CompiledGrammar(grammar, vocab)
-    path = cache_dir() / f"{cg.cache_key()}.npz" if cache else None
+    path = halter_cache.path("tables", cg.cache_key(), ".npz") if cache else None
     if path is not None and path.exists() and cg._load_tables(path):
         cg.from_cache = True
+        halter_cache.touch(path)
     else:
         cg._precompute(progress)
         if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                cg.save(path)
-            except OSError:
-                pass                               # a read-only home must not break compiling
+            halter_cache.write_atomic(path, cg.save)   # a read-only home must not break compiling
     cg.table.reserve(len(cg.space.nodes) * 2 + RESERVED_STATES)
     cg.compile_seconds = time.perf_counter() - t0
     return cg

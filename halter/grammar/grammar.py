@@ -208,38 +208,26 @@ class Grammar:
 def _cache_path(text: str, root: str):
     import hashlib
 
+    from halter import cache
     from halter.grammar.automaton import AUTOMATON_VERSION
-    from halter.grammar.compiled import cache_dir
     key = hashlib.sha256(f"{AUTOMATON_VERSION}\0{root}\0{text}".encode("utf-8", "surrogatepass"))
-    return cache_dir() / f"grammar-{key.hexdigest()[:32]}.pickle"
+    return cache.path("grammars", key.hexdigest()[:32], ".pickle")
 
 
 def _load_cached(text: str, root: str):
     """(rules, automata, extra) stored under ``text`` (a grammar source or a schema key), or None."""
-    import pickle
-    path = _cache_path(text, root)
-    try:
-        with open(path, "rb") as f:
-            rules, automata, extra = pickle.load(f)
-        return rules, automata, extra
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError, TypeError):
+    from halter import cache
+    stored = cache.load_pickle(_cache_path(text, root))
+    if not (isinstance(stored, tuple) and len(stored) == 3):
         return None
+    return stored
 
 
 def _store_cached(text: str, root: str, grammar: Grammar, extra: object = None, force: bool = False) -> None:
-    import os
-    import pickle
+    from halter import cache
     if len(text) < 2000 and not force:          # small grammars build faster than a file is read
         return
-    path = _cache_path(text, root)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with open(tmp, "wb") as f:
-            pickle.dump((grammar.rules, grammar._automata, extra), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    cache.store_pickle(_cache_path(text, root), (grammar.rules, grammar._automata, extra))
 
 
 def _converter_version() -> str:
