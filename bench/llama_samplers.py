@@ -11,7 +11,9 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import re
 import sys
+import types
 from typing import Any
 
 import numpy as np
@@ -20,15 +22,28 @@ TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32
 
 
 def import_llama_cpp(venv: str):
-    """``llama_cpp`` from ``venv``'s site-packages (after this interpreter's own packages)."""
-    sites = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))
-    if not sites:
-        raise SystemExit(f"no site-packages under {venv}: build llama-cpp-python there first")
-    for s in sites:
-        if s not in sys.path:
-            sys.path.append(s)
-    import llama_cpp  # noqa: PLC0415
-    return llama_cpp
+    """llama-cpp-python's low-level ctypes module (``llama_cpp.llama_cpp``) from ``venv``.
+
+    ``venv`` is a virtual environment with llama-cpp-python installed, or a directory holding the
+    ``llama_cpp`` package itself (a source tree; point ``LLAMA_CPP_LIB_PATH`` at the built
+    libraries then). Only the ctypes layer is imported, not the high-level package (which needs
+    jinja2, diskcache...), so this interpreter's own numpy stays in charge.
+    """
+    cands = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")) + [venv]
+    root = next((c for c in cands if os.path.isfile(os.path.join(c, "llama_cpp", "llama_cpp.py"))), None)
+    if root is None:
+        raise SystemExit(f"no llama_cpp package under {venv}: install llama-cpp-python there first")
+    pkg_dir = os.path.join(root, "llama_cpp")
+    if "llama_cpp" not in sys.modules:
+        pkg = types.ModuleType("llama_cpp")
+        pkg.__path__ = [pkg_dir]
+        init = open(os.path.join(pkg_dir, "__init__.py")).read()
+        m = re.search(r'__version__\s*=\s*"([^"]+)"', init)
+        pkg.__version__ = m.group(1) if m else "?"
+        sys.modules["llama_cpp"] = pkg
+    import llama_cpp.llama_cpp as low  # noqa: PLC0415
+    low.__version__ = sys.modules["llama_cpp"].__version__
+    return low
 
 
 class LlamaSamplers:
