@@ -388,6 +388,26 @@ def interesting(case: dict) -> bool:
     return small and any(i["shape"] in ("ties", "equal", "neginf", "wide") for i in case["inputs"])
 
 
+def plot(summary: dict, path: str) -> None:
+    """Bar chart: cases and seconds per sampler, disagreements written on each bar."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(summary)
+    secs = [summary[n]["seconds"] for n in names]
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    ax.bar(names, secs, color="#4c72b0")
+    for i, n in enumerate(names):
+        s = summary[n]
+        ax.text(i, secs[i], f"{s['disagreements']}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("seconds (both sides)")
+    ax.set_title(f"halter vs llama.cpp samplers: {summary[names[0]]['cases']} cases each; "
+                 "number on each bar = disagreements")
+    plt.xticks(rotation=40, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-venv", default=os.environ.get("LLAMA_VENV", "/work/venvs/llama"))
@@ -400,6 +420,7 @@ def main() -> None:
     ap.add_argument("--per-sampler-frozen", type=int, default=6)
     ap.add_argument("--show", type=int, default=5, help="disagreements printed per sampler")
     ap.add_argument("--json", default=None, help="write the summary as JSON here")
+    ap.add_argument("--plot", default=None, help="write a PNG bar chart of the summary here")
     args = ap.parse_args()
 
     llama = LlamaSamplers(args.llama_venv, args.vocab)
@@ -458,6 +479,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
+    if args.plot:
+        plot(summary, args.plot)
 
 
 if __name__ == "__main__":
