@@ -449,7 +449,10 @@ def main() -> None:
                         print(f"  grammar DIFF {res['gbnf']!r} after {res['walk']}: {res['diff']}")
                         shown += 1
                 elif len(grammar_frozen) < args.per_sampler_frozen and i % 7 == 0:
-                    grammar_frozen.append({k: res[k] for k in ("gbnf", "walk", "allowed")})
+                    allowed = np.zeros(llama.n_vocab, dtype=bool)
+                    allowed[res["allowed"]] = True
+                    grammar_frozen.append({"gbnf": res["gbnf"], "walk": res["walk"],
+                                           "allowed_bits": _b64(np.packbits(allowed, bitorder="little"))})
                 continue
             case = make_case(rng, name, llama.n_vocab)
             for inp in case["inputs"]:

@@ -143,3 +143,12 @@ def test_top_p_and_mirostat_run_on_all_equal_logits():
     c = cand(np.zeros(300))
     m.apply(c)
     assert 0 <= c.selected < c.size
+
+
+def test_dist_falls_back_to_the_last_candidate_when_the_sum_is_nan():
+    # a logit bias of -inf on the first entry of a sorted array: max = -inf, every weight NaN or inf;
+    # llama.cpp's running sum never reaches its (NaN) target and it takes the last candidate
+    c = cand([-np.inf, 1.0, 1.0, 0.5], sorted_=True)
+    with np.errstate(invalid="ignore"):
+        Dist(3).apply(c)
+    assert c.selected == 3

@@ -61,8 +61,10 @@ class Dist(Sampler):
         run = np.cumsum(p, dtype=np.float64)
         total = float(run[-1])
         target = total * self._rng.uniform_double()
-        idx = int(np.searchsorted(run, target, side="left"))
-        c.selected = idx if idx < n else n - 1
+        # the first running sum that reaches the target; none (a NaN sum, from a -inf first logit
+        # of a sorted array) falls back to the last candidate, as llama.cpp does
+        hit = np.flatnonzero(run >= target)
+        c.selected = int(hit[0]) if hit.size else n - 1
         c.p = (p.astype(np.float64) / total).astype(np.float32)
 
     def reset(self) -> None:
