@@ -7,11 +7,10 @@ the cache (grammars and token tries) lives.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from halter.cli.inputs import parse_json, read_text
 from halter.errors import HalterError
 
 
@@ -41,27 +40,27 @@ def table_bytes(compiled: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from halter.constraints import resolve
     from halter.grammar import Grammar
     from halter.grammar.compiled import cache_dir
     from halter.grammar.vocab import Vocabulary
 
     name = "<stdin>" if args.grammar == "-" else args.grammar
-    try:
-        text = sys.stdin.read() if args.grammar == "-" else Path(args.grammar).read_text(encoding="utf-8")
-    except OSError as err:
-        raise HalterError(f"cannot read {name!r}: {err.strerror or err}") from None
+    text = read_text(args.grammar, "schema file" if args.json_schema else "grammar file")
     t = time.perf_counter()
     vocab = Vocabulary.from_gguf(args.vocab)
     t_vocab = time.perf_counter() - t
     if args.json_schema:
-        from halter.schemas import json_schema_to_gbnf
-        try:
-            text = json_schema_to_gbnf(_json(text, name))
-        except HalterError as err:
-            raise HalterError(f"{name}: {err}") from None
+        schema = _json(text, name)
+
+        def build() -> Any:
+            return resolve(json_schema=schema).grammar
+    else:
+        def build() -> Any:
+            return Grammar.from_gbnf(text, root=args.root) if args.root != "root" else resolve(grammar=text).grammar
     t = time.perf_counter()
     try:
-        grammar = Grammar.from_gbnf(text, root=args.root)
+        grammar = build()
     except HalterError as err:
         raise HalterError(f"{name}: {err}") from None
     cold = grammar.compile(vocab, cache=False, progress=False)
@@ -80,8 +79,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _json(text: str, name: str) -> Any:
-    import json
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise HalterError(f"{name}: not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    return parse_json(text, name)

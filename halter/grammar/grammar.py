@@ -72,6 +72,11 @@ class Grammar:
         context-free) is enforced by a check that runs beside the grammar in both matchers and in
         token masks (``grammar.text_check``); ``str(grammar)``, plain GBNF, cannot carry it.
         """
+        from halter.limits import deep_call
+        return deep_call(cls._from_json_schema, schema, where="the JSON Schema", **options)
+
+    @classmethod
+    def _from_json_schema(cls, schema: Any, **options: Any) -> "Grammar":
         import copy
         import json
         import warnings
