@@ -2,7 +2,9 @@
 
 Workloads: real schemas from JSONSchemaBench (``../shared/schema/jsonschemabench_dev.jsonl``, every
 third row, so all ten subsets come in; the document is the row's first valid instance, dumped with
-``json.dumps`` and tokenized by the vocabulary's own tokenizer, ``halter.engine.tokenizer``), a fixed
+``json.dumps`` and tokenized by the vocabulary's own tokenizer, ``halter.engine.tokenizer``; where
+that tokenization does not spell the exact text, as SentencePiece's leading space, a greedy
+longest match of the exact bytes), a fixed
 12-property schema (length-bounded strings, a nested object, an array of objects; a ~1 KB document)
 and ``../shared/grammars/c.gbnf`` with a small C program. Vocabularies: llama-spm (32k), gpt-2 (50k),
 deepseek-llm (102k) from ``../shared/vocab``.
@@ -23,7 +25,7 @@ Peers (the ``bench`` extra: ``pip install xgrammar llguidance``): XGrammar with 
 with flexible whitespace, lenient. An engine that does not import is left out.
 
 Run: ``python bench/new_schema_bench.py [--vocabs llama-spm,gpt-2,deepseek-llm] [--schemas 100]
-[--engines halter,llguidance,xgrammar] [--no-extra] [--timeout 120] [--out results.jsonl]
+[--engines halter,llguidance,xgrammar] [--no-extra] [--only W1,W2] [--timeout 120] [--out results.jsonl]
 [--plot docs/img/new_schema.png]``; ``--summarize results.jsonl`` prints the tables again.
 """
 from __future__ import annotations
@@ -79,12 +81,10 @@ FIXED_DOC = {
               "phone. Previous order was delayed by two days, offer free shipping if this one slips too."),
     "created": "2026-11-27T06:55:55Z",
 }
-C_PROGRAM = """int fib(int n){if(n <= 1){return n;}int a = fib(n-1);int b = fib(n-2);return a+b;}
-int main(){int i = 0;int total = 0;for(i = 0; i < 10; i = i+1){total = total+fib(i);}
-// print the total
-while(total > 100){total = total-100;}/* done */return total;}
-float half(float x){return x/2;}
-"""
+C_PROGRAM = ("int fib(int n){if(n<=1){return n;}int a = fib(n-1);int b = fib(n-2);return a+b;}"
+             "int main(){int i = 0;int total = 0;for(i = 0; i<10; i = i+1){total = total+fib(i);}"
+             "// print the total\nwhile(total>100){total = total-100;}/* done */return total;}"
+             "float half(float x){return x/2;}")   # c.gbnf: no space around operators, none between declarations
 
 
 # -- child: one workload, one vocabulary, one engine --------------------------------------------
@@ -204,10 +204,36 @@ def document_tokens(vocab_name: str, workload: str) -> list[int]:
     tok = _TOKENIZERS.get(vocab_name)
     if tok is None:
         tok = _TOKENIZERS[vocab_name] = Tokenizer.from_gguf(SHARED / "vocab" / f"ggml-vocab-{vocab_name}.gguf")
-    return tok.encode(_workload(workload)[2], add_bos=False)
+    doc = _workload(workload)[2].encode()
+    ids = tok.encode(doc.decode(), add_bos=False)
+    vocab = tok.vocab if hasattr(tok, "vocab") else None
+    if vocab is None:
+        from halter.grammar import Vocabulary
+        vocab = _VOCABS.get(vocab_name)
+        if vocab is None:
+            vocab = _VOCABS[vocab_name] = Vocabulary.from_gguf(SHARED / "vocab" / f"ggml-vocab-{vocab_name}.gguf")
+    if b"".join(vocab.token_bytes[t] for t in ids) == doc:
+        return ids
+    # SentencePiece puts a space before the text: a greedy longest match of the exact bytes instead
+    index: dict[bytes, int] = {}
+    for i, b in enumerate(vocab.token_bytes):
+        if b and i not in vocab.special_ids and i not in vocab.eog_ids:
+            index.setdefault(b, i)
+    longest = max(map(len, index))
+    out, pos = [], 0
+    while pos < len(doc):
+        for n in range(min(longest, len(doc) - pos), 0, -1):
+            if doc[pos:pos + n] in index:
+                out.append(index[doc[pos:pos + n]])
+                pos += n
+                break
+        else:
+            raise ValueError(f"no token spells byte {doc[pos]} of the document")
+    return out
 
 
 _TOKENIZERS: dict = {}
+_VOCABS: dict = {}
 
 
 def child(engine: str, vocab_name: str, workload: str, tokens_json: str) -> dict:
@@ -398,6 +424,7 @@ def main() -> None:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--schemas", type=int, default=100, help="how many JSONSchemaBench schemas (default 100)")
     ap.add_argument("--no-extra", action="store_true", help="leave out the fixed 12-property schema and c.gbnf")
+    ap.add_argument("--only", default=None, metavar="W1,W2", help="just these workloads (schema:N, fixed12, c.gbnf)")
     ap.add_argument("--timeout", type=float, default=120, help="seconds per child process")
     ap.add_argument("--out", default=None, help="append each result as a JSON line here")
     ap.add_argument("--plot", default=None, help="write a PNG plot here")
@@ -412,7 +439,7 @@ def main() -> None:
         return
     engines = [e for e in args.engines.split(",") if e]
     results = []
-    wl = workloads(args.schemas, not args.no_extra)
+    wl = args.only.split(",") if args.only else workloads(args.schemas, not args.no_extra)
     t_start = time.time()
     for vocab in args.vocabs.split(","):
         for i, w in enumerate(wl):

@@ -174,7 +174,8 @@ class Grammar:
         return m.accept_bytes(data) and m.is_accepting()
 
     def compile(self, vocab: "Vocabulary", *, cache: bool = True, progress: bool | None = None) -> "CompiledGrammar":
-        """Precompute token masks for ``vocab``; cached on disk by grammar and vocabulary.
+        """Compile for ``vocab``: token tables are built per grammar position the first time a
+        matcher needs them (``cg.store()`` keeps them in halter's cache for later processes).
 
         With ``cache`` (the default) a second call for the same vocabulary returns the same
         ``CompiledGrammar``, so masks computed at run time by earlier generations are reused
