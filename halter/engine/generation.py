@@ -172,8 +172,8 @@ def _make_sampler(model: "Model", req: Request) -> Any:
 @functools.lru_cache(maxsize=32)
 def _grammar_from_text(text: str) -> Any:
     """The same ``Grammar`` for the same GBNF text, so that its compiled masks carry over between calls."""
-    from halter.grammar import Grammar
-    return Grammar.from_gbnf(text)
+    from halter.constraints import resolve
+    return resolve(grammar=text).grammar
 
 
 def _make_matcher(model: "Model", grammar: Any) -> Any:

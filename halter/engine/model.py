@@ -99,9 +99,14 @@ def _state_dict(c: ModelConfig, t: dict[str, Any]) -> dict[str, Any]:
         sd[p + "attention.wqkv.weight"] = _fuse([t[b + f"attn_{x}.weight"] for x in "qkv"])
         if c.attn_bias:
             sd[p + "attention.wqkv.bias"] = torch.cat([t[b + f"attn_{x}.bias"] for x in "qkv"])
-        for ours, theirs in (("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
-                             ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
-                             ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")):
+        names = [("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
+                 ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
+                 ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")]
+        if c.qk_norm:
+            names += [("attention.q_norm", "attn_q_norm"), ("attention.k_norm", "attn_k_norm")]
+        if c.post_norms:
+            names += [("post_attention_norm", "post_attention_norm"), ("post_ffn_norm", "post_ffw_norm")]
+        for ours, theirs in names:
             sd[p + ours + ".weight"] = t[b + theirs + ".weight"]
     return sd
 
@@ -166,7 +171,10 @@ class Model:
              dtype: str | torch.dtype | None = None, n_ctx: int | None = None, *,
              n_batch: int = 512, n_seq_max: int = 2, progress: Progress = True,
              decode: str = "auto", weights: str = "packed", n_threads: int | None = None) -> "Model":
-        """Load ``path`` (GGUF, llama or qwen2 architecture) for inference.
+        """Load ``path`` (a GGUF file, or ``hf://OWNER/REPO/FILE.gguf``) for inference.
+
+        An ``hf://`` path is downloaded into halter's model cache first (``halter.fetch.pull``;
+        needs ``huggingface_hub``), or taken from the cache when it is there.
 
         ``device`` defaults to CUDA when available; ``dtype`` to bf16/fp16 on CUDA and fp32 on the
         CPU (also accepts "f32", "f16", "bf16"). ``n_ctx`` (default: the training context, at most
@@ -191,6 +199,8 @@ class Model:
         if weights not in ("packed", "dequantize"):
             raise ValueError(f"weights must be 'packed' or 'dequantize', not {weights!r}")
         set_threads(n_threads)
+        from halter.fetch import resolve_model_path
+        path = resolve_model_path(path, progress=bool(progress))
         config, tensors, _ = load_gguf(path, dtype=dt, device=dev, progress=progress, weights=weights)
         n_ctx = min(config.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if n_ctx < 1:
@@ -206,9 +216,13 @@ class Model:
         rope = Rope(config.head_dim, config.rope_base, config.rope_type,
                     linear_scale=config.rope_linear_scale,
                     freq_factors=tensors.get("rope_freqs.weight"), device=dev)
+        if config.rope_base_swa:      # gemma3: sliding layers rotate with their own base, unscaled
+            net.rope_swa = Rope(config.head_dim, config.rope_base_swa, config.rope_type, device=dev)
         cache = KVCache(n_layer=config.n_layer, n_seq=n_seq_max, n_ctx=n_ctx,
                         n_head_kv=config.n_head_kv, head_dim=config.head_dim, rope=rope,
                         dtype=dt, device=dev)
+        if net.rope_swa is not None:
+            cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
     def set_decode(self, mode: str = "auto", *, backend: Any = None, min_span: int = 256) -> None:
@@ -326,8 +340,20 @@ class Model:
             self.cache.clear(0)
 
     def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> "GenerationResult | Stream":
-        """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``."""
+        """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``.
+
+        The constraint is ``grammar=`` or one of ``json_schema=``, ``regex=``, ``output_type=``,
+        ``response_format=`` (with ``schema_options=``), resolved as ``halter.generate`` does
+        (``halter.constraints``); the result is the engine's ``GenerationResult`` (text, tokens).
+        """
+        from halter.constraints import KINDS, resolve
         from halter.engine.generation import generate
+        given = {k: kwargs.pop(k) for k in KINDS if kwargs.get(k) is not None}
+        options = kwargs.pop("schema_options", None)
+        if given and not (set(given) == {"grammar"} and not isinstance(given["grammar"], str)):
+            kwargs["grammar"] = resolve(**given, schema_options=options).compile(self.vocab)
+        elif given:
+            kwargs["grammar"] = given["grammar"]
         return generate(self, prompt, **kwargs)
 
     def generate_batch(self, requests: "Sequence[Request]") -> "list[GenerationResult]":

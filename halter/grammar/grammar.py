@@ -72,6 +72,11 @@ class Grammar:
         context-free) is enforced by a check that runs beside the grammar in both matchers and in
         token masks (``grammar.text_check``); ``str(grammar)``, plain GBNF, cannot carry it.
         """
+        from halter.limits import deep_call
+        return deep_call(cls._from_json_schema, schema, where="the JSON Schema", **options)
+
+    @classmethod
+    def _from_json_schema(cls, schema: Any, **options: Any) -> "Grammar":
         import copy
         import json
         import warnings
@@ -169,7 +174,8 @@ class Grammar:
         return m.accept_bytes(data) and m.is_accepting()
 
     def compile(self, vocab: "Vocabulary", *, cache: bool = True, progress: bool | None = None) -> "CompiledGrammar":
-        """Precompute token masks for ``vocab``; cached on disk by grammar and vocabulary.
+        """Compile for ``vocab``: token tables are built per grammar position the first time a
+        matcher needs them (``cg.store()`` keeps them in halter's cache for later processes).
 
         With ``cache`` (the default) a second call for the same vocabulary returns the same
         ``CompiledGrammar``, so masks computed at run time by earlier generations are reused
@@ -182,12 +188,16 @@ class Grammar:
             raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
                             "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
         if not cache:
-            return compile_grammar(self, vocab, cache=False, progress=progress)
+            with self._space.lock:
+                return compile_grammar(self, vocab, cache=False, progress=progress)
         per_vocab = self.__dict__.setdefault("_compiled", {})
         key = vocab.fingerprint()
         cg = per_vocab.get(key)
         if cg is None:
-            cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
+            with self._space.lock:               # threads compiling at once share one result
+                cg = per_vocab.get(key)
+                if cg is None:
+                    cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
         return cg
 
     # -- presentation ------------------------------------------------------------------------
