@@ -2,7 +2,8 @@
 
 Grammar side (no torch needed): ``Grammar``, ``Vocabulary``, ``CompiledGrammar``, ``TokenMatcher``,
 ``allocate_bitmask``, ``apply_bitmask``. Generation side (imports torch on first use): ``Model``,
-``generate``, ``generate_batch``, ``SamplingParams``, ``Completion``.
+``generate``, ``generate_batch``, ``SamplingParams``, ``Completion``, ``Scheduler`` (continuous
+batching, what ``halter serve`` runs on).
 """
 from typing import Any
 
@@ -27,6 +28,7 @@ _LAZY = {
     "SamplingParams": ("halter.sampling.params", "SamplingParams"),
     "CommonSampler": ("halter.sampling.common", "CommonSampler"),
     "pull": ("halter.fetch", "pull"),
+    "Scheduler": ("halter.engine.scheduler", "Scheduler"),
 }
 
 __all__ = [

@@ -5,10 +5,12 @@ frozen dataclass; a missing or malformed key becomes a ``ModelLoadError`` naming
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from halter.errors import ModelLoadError
+from halter.limits import LIMITS
 
 @dataclass(frozen=True)
 class ArchRules:
@@ -83,6 +85,9 @@ class ModelConfig:
         if arch is None:
             raise ModelLoadError("not a model file (no architecture)", path=path,
                                  field="general.architecture")
+        if not isinstance(arch, str):
+            raise ModelLoadError(f"architecture must be a string, not {type(arch).__name__}", path=path,
+                                 field="general.architecture")
         if arch not in ARCHITECTURES:
             raise ModelLoadError(
                 f"unsupported architecture {arch!r} (supported: {', '.join(sorted(ARCHITECTURES))})",
@@ -102,7 +107,7 @@ class ModelConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise ModelLoadError(f"expected a number, found {value!r}", path=path,
                                      field=f"{arch}.{key}")
-            return kind(value)
+            return checked_number(value, kind, path, f"{arch}.{key}")
 
         n_embd = num("embedding_length")
         n_head = num("attention.head_count")
@@ -121,6 +126,9 @@ class ModelConfig:
             raise ModelLoadError(f"partial rotary embeddings ({rope_dim} of {head_dim}) are not supported",
                                  path=path, field=f"{arch}.rope.dimension_count")
         n_layer = num("block_count")
+        if not 1 <= n_layer <= LIMITS.model_layers:
+            raise ModelLoadError(f"{n_layer} blocks (1 to {LIMITS.model_layers} allowed; limit model_layers: "
+                                 "halter.limits.set(model_layers=...))", path=path, field=f"{arch}.block_count")
         value_dim = num("attention.value_length", head_dim)
         if value_dim != head_dim:
             raise ModelLoadError(f"value heads of {value_dim} differ from key heads of {head_dim}",
@@ -132,7 +140,7 @@ class ModelConfig:
         attn_scale = 0.0
         if n_layer == _GEMMA_27B_LAYERS.get(arch):
             attn_scale = (n_embd / n_head) ** -0.5
-        return ModelConfig(
+        config = ModelConfig(
             arch=arch, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
             head_dim=head_dim, n_ff=num("feed_forward_length"), n_vocab=n_vocab,
             norm_eps=num("attention.layer_norm_rms_epsilon", 1e-5, float),
@@ -146,6 +154,23 @@ class ModelConfig:
             sliding_window=window, swa_layers=swa_layers,
             rope_base_swa=num("rope.freq_base_swa", rules.rope_base_swa or 0.0, float)
             if rules.rope_base_swa else 0.0)
+        config.check_values(path)
+        return config
+
+    def check_values(self, path: Any = None) -> None:
+        """``ModelLoadError`` naming the field for a hyper-parameter no model can have."""
+        a = self.arch
+        for value, key in ((self.n_layer, "block_count"), (self.n_embd, "embedding_length"),
+                           (self.n_head, "attention.head_count"), (self.head_dim, "attention.key_length"),
+                           (self.n_ff, "feed_forward_length"), (self.n_ctx_train, "context_length")):
+            if value < 1:
+                raise ModelLoadError(f"must be at least 1, found {value}", path=path, field=f"{a}.{key}")
+        for value, key in ((self.norm_eps, "attention.layer_norm_rms_epsilon"), (self.rope_base, "rope.freq_base")):
+            if not value > 0:
+                raise ModelLoadError(f"must be a positive number, found {value}", path=path, field=f"{a}.{key}")
+        if self.head_dim % 2:
+            raise ModelLoadError(f"head dimension {self.head_dim} must be even for rotary embeddings",
+                                 path=path, field=f"{a}.attention.key_length")
 
     def expected_tensors(self) -> Mapping[str, tuple[int, ...]]:
         """GGUF tensor name -> torch shape for every tensor the model needs (output.weight optional)."""
@@ -169,3 +194,12 @@ class ModelConfig:
             if self.post_norms:
                 shapes.update({b + "post_attention_norm.weight": (e,), b + "post_ffw_norm.weight": (e,)})
         return shapes
+
+
+def checked_number(value: int | float, kind: type, path: Any, field: str) -> Any:
+    """``value`` as ``kind``; NaN, infinities and (for integers) fractions are a ``ModelLoadError``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ModelLoadError(f"expected a finite number, found {value}", path=path, field=field)
+    if kind is int and value != int(value):
+        raise ModelLoadError(f"expected an integer, found {value}", path=path, field=field)
+    return kind(value)
