@@ -10,7 +10,9 @@ stripping, numbers numerically; invalid outputs score 0), and tokens generated.
 
     python bench/extraction_bench.py --model smollm2-135m-instruct --model gemma3-270m [--limit N]
 
-``--model`` takes a GGUF path or a ``halter pull`` short name. Writes a Markdown table to stdout,
+``--model`` takes a GGUF path or a ``halter pull`` short name. A file without a chat template (the
+Gemma 3 270M file has none) is prompted with ``--chat-template FILE`` (e.g.
+``tests/data/chat_templates/gemma3.jinja``). Writes a Markdown table to stdout,
 ``--json OUT`` the raw results, ``--plot PNG`` a bar chart (matplotlib).
 """
 from __future__ import annotations
@@ -60,9 +62,16 @@ def score(text: str, task: dict, lenient: bool = False) -> tuple[bool, float]:
     return True, sum(_same(value.get(k), v) for k, v in exp.items()) / len(exp)
 
 
-def run_model(spec: str, limit: int, max_tokens: int) -> dict[str, Any]:
+def run_model(spec: str, limit: int, max_tokens: int, template: str | None = None) -> dict[str, Any]:
     path = spec if os.path.isfile(spec) else str(halter.pull(spec))
     model = halter.Model.load(path, device="cpu", n_ctx=512, progress=False)
+    try:
+        from halter.chat import chat_template_of
+        chat_template_of(model)
+        template = None                       # the file's own template wins
+    except halter.HalterError:
+        if template is None:
+            raise
     rows = []
     for i, task in enumerate(tasks()[:limit]):
         messages = [{"role": "user", "content": f"{task['instruction']}\nText: {task['text']}"}]
@@ -71,7 +80,8 @@ def run_model(spec: str, limit: int, max_tokens: int) -> dict[str, Any]:
             kw = {"json_schema": task["schema"], "schema_options": {"whitespace": "compact"}} \
                 if mode == "constrained" else {}
             t0 = time.perf_counter()
-            c = halter.generate(model, messages, max_tokens=max_tokens, temperature=0.0, **kw)
+            c = halter.generate(model, messages, max_tokens=max_tokens, temperature=0.0,
+                                chat_template=template, **kw)
             row[mode] = {"text": c.text, "tokens": len(c.tokens), "seconds": time.perf_counter() - t0}
         rows.append(row)
         print(f"{os.path.basename(path)} task {i}: {rows[-1]['constrained']['text']!r} | "
@@ -102,10 +112,12 @@ def main() -> int:
     ap.add_argument("--model", action="append", required=True)
     ap.add_argument("--limit", type=int, default=50)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--chat-template", help="Jinja file for models whose GGUF has no chat template")
     ap.add_argument("--json")
     ap.add_argument("--plot")
     args = ap.parse_args()
-    results = [run_model(m, args.limit, args.max_tokens) for m in args.model]
+    template = open(args.chat_template, encoding="utf-8").read() if args.chat_template else None
+    results = [run_model(m, args.limit, args.max_tokens, template) for m in args.model]
     table = [s for r in results for s in summarize(r)]
     print("| model | mode | tasks | valid | exact-field accuracy | tokens (mean) |")
     print("|---|---|---:|---:|---:|---:|")

@@ -1,9 +1,12 @@
 """Chat templates rendered by halter exactly as transformers' ``apply_chat_template`` renders them.
 
 The templates under ``tests/data/chat_templates`` are data: SmolLM2-135M-Instruct's (from its GGUF
-file), Llama 3.2 Instruct's (with tools, ``strftime_now``, ``tojson(indent=4)``), Qwen 2.5's and
-Qwen 3's (tools, ``namespace``, ``enable_thinking``), Gemma 2's and Gemma 3's, Phi-3's and
-Mistral Instruct's, as published in public repositories, plus ``loopcontrols.jinja``, halter's
+file; the Gemma 3 270M file carries none), Llama 3.2 Instruct's tool-calling template (tools,
+``strftime_now``, ``tojson(indent=4)``) and Qwen 2.5's, from public copies; Qwen 3's (tools,
+``namespace``, reasoning, ``enable_thinking``) from a public copy with the official thinking
+switch restored; Gemma 3's in its published form (system text folded into the first user turn,
+content lists); Gemma 2 ("gemma-it"), Phi-3 and Mistral Instruct in the compact forms of the
+chujiezheng/chat_templates collection; plus ``loopcontrols.jinja``, halter's
 own, for ``{% break %}``/``{% continue %}``, ``tojson`` options, ``documents`` and
 ``{% generation %}``. Each is rendered for several conversations, with and without a system
 message, tools, tool calls and template keyword arguments, by halter's ``render_chat`` and by

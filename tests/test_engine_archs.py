@@ -136,6 +136,7 @@ def _llama3_factors(head_dim: int, base: float, factor: float, low: float, high:
     return np.array(out, dtype=np.float32)
 
 
+@pytest.mark.slow   # two transformers models
 def test_llama3_rope_scaling_matches_transformers(tmp_path) -> None:
     base, params = 500000.0, {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                               "original_max_position_embeddings": 8192}

