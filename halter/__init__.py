@@ -6,7 +6,7 @@ Grammar side (no torch needed): ``Grammar``, ``Vocabulary``, ``CompiledGrammar``
 """
 from typing import Any
 
-from halter.errors import (GrammarError, HalterError, IncompleteOutputError, ModelLoadError,
+from halter.errors import (GrammarError, GrammarWarning, HalterError, IncompleteOutputError, ModelLoadError,
                            NoValidTokenError, SchemaError, UnsupportedSchemaError)
 from halter.grammar import Grammar, GrammarMatcher
 from halter.grammar.bitmask import allocate_bitmask, apply_bitmask, apply_token_bitmask_inplace
@@ -28,7 +28,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "GrammarError", "HalterError", "IncompleteOutputError", "ModelLoadError", "NoValidTokenError",
+    "GrammarError", "GrammarWarning", "HalterError", "IncompleteOutputError", "ModelLoadError", "NoValidTokenError",
     "SchemaError", "UnsupportedSchemaError", "__version__",
     "Grammar", "GrammarMatcher", "CompiledGrammar", "TokenMatcher", "Vocabulary",
     "allocate_bitmask", "apply_bitmask", "apply_token_bitmask_inplace", *_LAZY,
