@@ -124,29 +124,33 @@ def alt(*options: Expr) -> Expr:
 
 
 def rule_refs(expr: Expr) -> Iterable[RuleRef]:
-    """Every rule reference inside ``expr``."""
-    if isinstance(expr, RuleRef):
-        yield expr
-    elif isinstance(expr, Seq):
-        for it in expr.items:
-            yield from rule_refs(it)
-    elif isinstance(expr, Alt):
-        for it in expr.options:
-            yield from rule_refs(it)
-    elif isinstance(expr, Repeat):
-        yield from rule_refs(expr.expr)
+    """Every rule reference inside ``expr`` (iterative: any nesting depth)."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, RuleRef):
+            yield e
+        elif isinstance(e, Seq):
+            stack.extend(reversed(e.items))
+        elif isinstance(e, Alt):
+            stack.extend(reversed(e.options))
+        elif isinstance(e, Repeat):
+            stack.append(e.expr)
 
 
 def contains(expr: Any, pred: Callable[[Any], bool]) -> bool:
     """Does ``expr`` or any sub-expression satisfy ``pred``? (Leaves other than these nodes too.)"""
-    if pred(expr):
-        return True
-    if isinstance(expr, Seq):
-        return any(contains(i, pred) for i in expr.items)
-    if isinstance(expr, Alt):
-        return any(contains(i, pred) for i in expr.options)
-    if isinstance(expr, Repeat):
-        return contains(expr.expr, pred)
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if pred(e):
+            return True
+        if isinstance(e, Seq):
+            stack.extend(e.items)
+        elif isinstance(e, Alt):
+            stack.extend(e.options)
+        elif isinstance(e, Repeat):
+            stack.append(e.expr)
     return False
 
 
@@ -193,8 +197,8 @@ class _Printer:
     rules named ``<rule>-x<k>`` instead: the same language in GBNF llama.cpp takes.
     """
 
-    def __init__(self, rules: dict[str, Expr], rule: str) -> None:
-        self.names = set(rules)
+    def __init__(self, rules: dict[str, Expr] | set[str], rule: str) -> None:
+        self.names = rules if isinstance(rules, set) else set(rules)
         self.rule = rule
         self.extra: list[tuple[str, str]] = []
         self._k = 0
@@ -334,8 +338,7 @@ def format_grammar(rules: dict[str, Expr]) -> str:
         out = []
         taken = set(rules)
         for name, expr in rules.items():
-            p = _Printer(rules, name)
-            p.names = taken
+            p = _Printer(taken, name)
             out.append(f"{name} ::= {p.expr(expr)}\n")
             out.extend(f"{n} ::= {body}\n" for n, body in p.extra)
         return "".join(out)

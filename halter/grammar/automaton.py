@@ -265,12 +265,24 @@ def _trim(per_rule, names, root_id: int):
     """Drop calls to rules that can never complete and states that cannot reach the rule's end."""
     n = len(per_rule)
     productive = [False] * n
-    changed = True
-    while changed:
-        changed = False
-        for r in range(n):
-            if not productive[r] and _can_finish(per_rule[r], productive):
-                productive[r] = changed = True
+    callers: list[set[int]] = [set() for _ in range(n)]
+    for r, (_acc, _bn, cl, _tk) in enumerate(per_rule):
+        for row in cl:
+            for rr, _t in row:
+                callers[rr].add(r)
+    # a worklist: a rule is looked at again only when one it calls became productive (a chain of
+    # 10,000 rules was quadratic when every rule was looked at on every round)
+    todo = list(range(n - 1, -1, -1))
+    queued = [True] * n
+    while todo:
+        r = todo.pop()
+        queued[r] = False
+        if not productive[r] and _can_finish(per_rule[r], productive):
+            productive[r] = True
+            for c in callers[r]:
+                if not productive[c] and not queued[c]:
+                    queued[c] = True
+                    todo.append(c)
     if not productive[root_id]:
         raise NeverMatches(f"the grammar can never match: rule '{names[root_id]}' has no finite "
                            f"derivation (check for recursion without a base case)", 1, 1)

@@ -18,7 +18,7 @@ import bisect
 from typing import TYPE_CHECKING
 
 from halter.errors import GrammarError
-from halter.grammar.ast import AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef
+from halter.grammar.ast import AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef, rule_refs
 
 if TYPE_CHECKING:
     from halter.grammar.gbnf_parser import ParseResult
@@ -119,57 +119,42 @@ def _left_recursive(stored: dict[int, list[list[int]]], size: int) -> int | None
     return None
 
 
-def _children(e: Expr) -> tuple:
-    if isinstance(e, Seq):
-        return e.items
-    if isinstance(e, Alt):
-        return e.options
-    if isinstance(e, Repeat):
-        return (e.expr,)
-    return ()
-
-
-def postorder(e: Expr) -> list[Expr]:
-    """Sub-expressions of ``e``, children before parents (iterative: any depth)."""
-    out, stack = [], [(e, False)]
+def nesting_depth(e: Expr) -> int:
+    """How deep ``e``'s groups and repetitions nest (iterative: any depth)."""
+    best, stack = 0, [(e, 1)]
     while stack:
-        node, done = stack.pop()
-        if done:
-            out.append(node)
-            continue
-        stack.append((node, True))
-        stack.extend((c, False) for c in reversed(_children(node)))
-    return out
+        node, d = stack.pop()
+        if isinstance(node, (Seq, Alt, Repeat)):
+            best = max(best, d)
+        if isinstance(node, Seq):
+            stack.extend((c, d + 1) for c in node.items)
+        elif isinstance(node, Alt):
+            stack.extend((c, d + 1) for c in node.options)
+        elif isinstance(node, Repeat):
+            stack.append((node.expr, d + 1))
+    return best
 
 
 def _productive(e: Expr, ok: set[str]) -> bool:
-    val: dict[int, bool] = {}
-    for node in postorder(e):
-        if isinstance(node, (Literal, AnyChar, TokenRef)):
-            v = True
-        elif isinstance(node, CharClass):
-            v = bool(node.negated or node.ranges)
-        elif isinstance(node, RuleRef):
-            v = node.name in ok
-        elif isinstance(node, Seq):
-            v = all(val[id(c)] for c in node.items)
-        elif isinstance(node, Alt):
-            v = any(val[id(c)] for c in node.options)
-        else:       # Repeat
-            v = node.min == 0 or val[id(node.expr)]
-        val[id(node)] = v
-    return val[id(e)]
-
-
-def _refs(e: Expr) -> set[str]:
-    return {n.name for n in postorder(e) if isinstance(n, RuleRef)}
+    if isinstance(e, RuleRef):
+        return e.name in ok
+    if isinstance(e, (Literal, AnyChar, TokenRef)):
+        return True
+    if isinstance(e, CharClass):
+        return bool(e.code_point_ranges())
+    if isinstance(e, Seq):
+        return all(_productive(c, ok) for c in e.items)
+    if isinstance(e, Alt):
+        return any(_productive(c, ok) for c in e.options)
+    return e.min == 0 or _productive(e.expr, ok)      # Repeat
 
 
 def dead_end_warnings(rules: dict[str, Expr], root: str,
                       positions: dict[str, tuple[int, int]]) -> list[tuple[str, int, int, str]]:
     """Warnings for rules reachable from ``root`` that can never finish (root itself excluded:
     that is an error, ``NeverMatches``)."""
-    refs = {n: _refs(b) for n, b in rules.items()}
+    import sys
+    refs = {n: {r.name for r in rule_refs(b)} for n, b in rules.items()}
     reach, todo = {root}, [root]
     while todo:
         for r in refs.get(todo.pop(), ()):
@@ -183,16 +168,21 @@ def dead_end_warnings(rules: dict[str, Expr], root: str,
     ok: set[str] = set()
     todo = sorted(reach)
     queued = set(todo)
-    while todo:
-        n = todo.pop()
-        queued.discard(n)
-        if n not in ok and _productive(rules[n], ok):
-            ok.add(n)
-            for u in users.get(n, ()):
-                if u not in ok and u not in queued:
-                    queued.add(u)
-                    todo.append(u)
-    out = []
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))      # _productive recurses along nesting (<= limits)
+    try:
+        while todo:
+            n = todo.pop()
+            queued.discard(n)
+            if n not in ok and _productive(rules[n], ok):
+                ok.add(n)
+                for u in users.get(n, ()):
+                    if u not in ok and u not in queued:
+                        queued.add(u)
+                        todo.append(u)
+    finally:
+        sys.setrecursionlimit(limit)
+    out: list[tuple[str, int, int, str]] = []
     if root not in ok:
         return out
     for n in rules:

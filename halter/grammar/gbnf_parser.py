@@ -25,9 +25,11 @@ checks that run on the whole grammar afterwards (undefined rules, left recursion
 from __future__ import annotations
 
 import bisect
+import re
 
 from halter import limits
 from halter.errors import GrammarError
+from halter.grammar.gbnf_checks import check_llama_tables, nesting_depth
 from halter.grammar.ast import (MAX_CODE_POINT, AnyChar, CharClass, Expr, Literal, Repeat, RuleRef,
                                 RuleSet, TokenRef, alt, seq)
 
@@ -38,6 +40,7 @@ _UNBOUNDED = None
 _ESCAPES = {"t": 9, "r": 13, "n": 10, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45}
 _HEX_LEN = {"x": 2, "u": 4, "U": 8}
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _T = -1     # a terminal element in the mirror of llama.cpp's rule elements (see _Symbols)
 
 
@@ -230,6 +233,11 @@ class _Reader:
             self.warn(f"rule '{name}' is defined again (first at line {line}): the later definition "
                       "replaces the earlier one, as in llama.cpp", start, "redefined")
             del self.out.rules[name]            # (keeps definition order: the later place counts)
+        depth = nesting_depth(body)
+        if depth > limits.LIMITS.nesting_depth:
+            line, col = self.where(start)
+            limits.check("nesting_depth", depth, f"rule '{name}' (line {line}, column {col})",
+                         "grammar nesting depth")
         self.out.rules[name] = body
         self.out.positions[name] = self.where(start)
         self.sym.stored[rule_id] = elems
@@ -485,13 +493,7 @@ def _show(cp: int) -> str:
 
 def line_starts(text: str) -> list[int]:
     """Offsets where lines start; a line ends at ``\\n``, ``\\r\\n`` or a lone ``\\r`` (as GBNF reads it)."""
-    starts, i, n = [0], 0, len(text)
-    while True:
-        j = min((k for k in (text.find("\n", i), text.find("\r", i)) if k >= 0), default=-1)
-        if j < 0:
-            return starts
-        i = j + 2 if text.startswith("\r\n", j) else j + 1
-        starts.append(i)
+    return [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
 
 
 def position_of(starts: list[int], offset: int) -> tuple[int, int]:
@@ -506,7 +508,6 @@ def parse_gbnf(text: str) -> ParseResult:
     if not isinstance(text, str):
         raise TypeError(f"GBNF grammar must be a str, not {type(text).__name__}")
     result = _Reader(text).parse()
-    from halter.grammar.gbnf_checks import check_llama_tables
     check_llama_tables(result, text)
     return result
 

@@ -231,12 +231,18 @@ def _load_cached(text: str, root: str):
     """(rules, automata, extra) stored under ``text`` (a grammar source or a schema key), or None."""
     import pickle
     path = _cache_path(text, root)
+    import sys
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))       # pickled syntax trees nest (<= limits)
     try:
         with open(path, "rb") as f:
             rules, automata, extra = pickle.load(f)
         return rules, automata, extra
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError, TypeError):
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError, TypeError,
+            RecursionError):
         return None
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _store_cached(text: str, root: str, grammar: Grammar, extra: object = None, force: bool = False) -> None:
@@ -244,15 +250,23 @@ def _store_cached(text: str, root: str, grammar: Grammar, extra: object = None, 
     import pickle
     if len(text) < 2000 and not force:          # small grammars build faster than a file is read
         return
+    import sys
     path = _cache_path(text, root)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))       # pickled syntax trees nest (<= limits)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
         with open(tmp, "wb") as f:
             pickle.dump((grammar.rules, grammar._automata, extra), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except (OSError, RecursionError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _converter_version() -> str:
