@@ -140,4 +140,5 @@ def strings_for(text: str, rules, rng: random.Random, n: int = 12) -> list[str]:
                     out.append(s[:i] + rng.choice(alphabet) + s[i:])
     while len(out) < n:
         out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))))
-    return [s.replace("\0", "") for s in dict.fromkeys(out)]
+    return [s for s in dict.fromkeys(x.replace("\0", "") for x in out)
+            if not any(0xD800 <= ord(c) <= 0xDFFF for c in s)]      # text, never lone surrogates

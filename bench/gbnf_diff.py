@@ -20,6 +20,8 @@ about by halter (``GrammarWarning``) and listed in docs/grammar.md, are counted 
 * ``token-text``: a ``<text>`` token reference that is not one token of the vocabulary: llama.cpp
   refuses the grammar, halter refuses it when it is compiled for that vocabulary;
 * ``empty-text``: llama.cpp reads an empty grammar text as "no grammar"; halter refuses it;
+* ``too-complex``: a rule whose automaton passes halter's 50,000-state limit (a documented
+  limit), which llama.cpp's stack machine has not;
 * ``llama-fails``: llama.cpp hangs or crashes (reversed bounds ``{3,1}``, hidden left recursion).
 
 ``--freeze PATH`` writes the edge cases, the shipped grammars and a sample of the rest with
@@ -165,6 +167,8 @@ def verdict_departure(text: str, err: str | None, kinds: set[str], llama: dict,
         return "token-text" if token_text else "DISAGREE"
     if llama["ok"] and err and "can never match" in err:
         return "root-never-ends"
+    if llama["ok"] and err and "too complex" in err:
+        return "too-complex"
     if llama["ok"] and text == "" and err and "empty grammar" in err:
         return "empty-text"
     if not llama["ok"] and err:

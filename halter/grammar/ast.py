@@ -244,14 +244,16 @@ class _Printer:
 
     def repeat(self, rep: Repeat) -> str:
         inner, lo, hi = rep.expr, rep.min, rep.max
-        if isinstance(inner, Repeat) or (isinstance(inner, Literal) and not inner.text):
-            item, n_prev = "(" + self.expr(inner, 0) + ")", 1 + _symbols(inner)
-        else:
-            item = self.expr(inner, 2)
-            n_prev = 1 + _symbols(inner) if item.startswith("(") else 1
+        wrap = isinstance(inner, Repeat) or (isinstance(inner, Literal) and not inner.text)
+        grouped = wrap or isinstance(inner, (Seq, Alt))     # printed in ( ): a rule of llama.cpp's
+        n_prev = 1 + _symbols(inner) if grouped else 1
         total = hi if hi is not None and hi > 0 else (lo if lo > 0 else 1)
         if n_prev * total > _GBNF_MAX_REPEAT and n_prev > 1:
-            item, n_prev = self.aux(self.expr(inner, 0)), 1
+            item = self.aux(self.expr(inner, 0))
+        elif wrap:
+            item = "(" + self.expr(inner, 0) + ")"
+        else:
+            item = self.expr(inner, 2)
         return self.counted(item, lo, hi)
 
     def counted(self, item: str, lo: int, hi: int | None) -> str:
