@@ -35,6 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--plot", metavar="PNG", help="also write the medians as a bar chart (matplotlib)")
     args = ap.parse_args()
     V, steps = args.vocab, args.steps
     rng = np.random.default_rng(0)
@@ -108,6 +109,29 @@ def main() -> None:
     print(f"ratio numpy chain / transformers warpers: {r['numpy default chain'][0] / r['transformers warpers (peer)'][0]:.4f}")
     print(f"ratio apply_bitmask / naive scatter:      "
           f"{r['apply_bitmask numpy 1 row'][0] / r['naive unpack + boolean scatter (peer)'][0]:.4f}")
+    if args.plot:
+        plot(results, V, args.plot)
+
+
+def plot(results: dict[str, tuple[float, float]], vocab: int, path: str) -> None:
+    """Medians as horizontal bars on a log axis, peers in grey."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(results)
+    meds = [results[k][0] for k in names]
+    colors = ["0.6" if "peer" in k else "tab:blue" for k in names]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 1.2))
+    ax.barh(names, meds, color=colors)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlabel("median ms per step (log scale)")
+    ax.set_title(f"Sampling one {vocab:,}-token row (grey: peers)")
+    for y, m in enumerate(meds):
+        ax.text(m, y, f" {m:.3g}", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot written to {path}")
 
 
 if __name__ == "__main__":

@@ -270,19 +270,19 @@ def _trim(per_rule, names, root_id: int):
         for row in cl:
             for rr, _t in row:
                 callers[rr].add(r)
-    # a worklist: a rule is looked at again only when one it calls became productive (a chain of
-    # 10,000 rules was quadratic when every rule was looked at on every round)
-    todo = list(range(n - 1, -1, -1))
-    queued = [True] * n
-    while todo:
-        r = todo.pop()
+    # a worklist: a rule is looked at again only when a rule it calls became productive
+    # (a pass over every rule until nothing changes is quadratic on a chain of rules)
+    pending, queued = list(range(n - 1, -1, -1)), [True] * n
+    while pending:
+        r = pending.pop()
         queued[r] = False
-        if not productive[r] and _can_finish(per_rule[r], productive):
-            productive[r] = True
-            for c in callers[r]:
-                if not productive[c] and not queued[c]:
-                    queued[c] = True
-                    todo.append(c)
+        if productive[r] or not _can_finish(per_rule[r], productive):
+            continue
+        productive[r] = True
+        for c in callers[r]:
+            if not productive[c] and not queued[c]:
+                queued[c] = True
+                pending.append(c)
     if not productive[root_id]:
         raise NeverMatches(f"the grammar can never match: rule '{names[root_id]}' has no finite "
                            f"derivation (check for recursion without a base case)", 1, 1)

@@ -85,6 +85,11 @@ class Grammar:
         context-free) is enforced by a check that runs beside the grammar in both matchers and in
         token masks (``grammar.text_check``); ``str(grammar)``, plain GBNF, cannot carry it.
         """
+        from halter.limits import deep_call
+        return deep_call(cls._from_json_schema, schema, where="the JSON Schema", **options)
+
+    @classmethod
+    def _from_json_schema(cls, schema: Any, **options: Any) -> "Grammar":
         import copy
         import json
         import warnings
@@ -195,12 +200,16 @@ class Grammar:
             raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
                             "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
         if not cache:
-            return compile_grammar(self, vocab, cache=False, progress=progress)
+            with self._space.lock:
+                return compile_grammar(self, vocab, cache=False, progress=progress)
         per_vocab = self.__dict__.setdefault("_compiled", {})
         key = vocab.fingerprint()
         cg = per_vocab.get(key)
         if cg is None:
-            cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
+            with self._space.lock:               # threads compiling at once share one result
+                cg = per_vocab.get(key)
+                if cg is None:
+                    cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
         return cg
 
     # -- presentation ------------------------------------------------------------------------
@@ -221,52 +230,26 @@ class Grammar:
 def _cache_path(text: str, root: str):
     import hashlib
 
+    from halter import cache
     from halter.grammar.automaton import AUTOMATON_VERSION
-    from halter.grammar.compiled import cache_dir
     key = hashlib.sha256(f"{AUTOMATON_VERSION}\0{root}\0{text}".encode("utf-8", "surrogatepass"))
-    return cache_dir() / f"grammar-{key.hexdigest()[:32]}.pickle"
+    return cache.path("grammars", key.hexdigest()[:32], ".pickle")
 
 
 def _load_cached(text: str, root: str):
     """(rules, automata, extra) stored under ``text`` (a grammar source or a schema key), or None."""
-    import pickle
-    path = _cache_path(text, root)
-    import sys
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20_000))       # pickled syntax trees nest (<= limits)
-    try:
-        with open(path, "rb") as f:
-            rules, automata, extra = pickle.load(f)
-        return rules, automata, extra
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError, TypeError,
-            RecursionError):
+    from halter import cache
+    stored = cache.load_pickle(_cache_path(text, root))
+    if not (isinstance(stored, tuple) and len(stored) == 3):
         return None
-    finally:
-        sys.setrecursionlimit(limit)
+    return stored
 
 
 def _store_cached(text: str, root: str, grammar: Grammar, extra: object = None, force: bool = False) -> None:
-    import os
-    import pickle
+    from halter import cache
     if len(text) < 2000 and not force:          # small grammars build faster than a file is read
         return
-    import sys
-    path = _cache_path(text, root)
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20_000))       # pickled syntax trees nest (<= limits)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            pickle.dump((grammar.rules, grammar._automata, extra), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except (OSError, RecursionError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    finally:
-        sys.setrecursionlimit(limit)
+    cache.store_pickle(_cache_path(text, root), (grammar.rules, grammar._automata, extra))
 
 
 def _converter_version() -> str:
