@@ -345,12 +345,12 @@ class _Reader:
         f.last_empty = not nonempty
         if nonempty:
             f.items.append(expr)
-            if ref is None:
-                _push(f.elems, _T)
-            else:
-                f.elems.append(ref)
+            f.elems.append(_T if ref is None else ref)
 
     def _literal(self, cps: list[int], at: int) -> Expr:
+        if any(0xD800 <= cp <= 0xDFFF for cp in cps):
+            self.warn("a lone surrogate in this literal: no valid text contains it, so the literal never "
+                      "matches (llama.cpp accepts it)", at, "dead-end")
         if all(cp <= MAX_CODE_POINT for cp in cps):
             return Literal("".join(map(chr, cps)))
         self.warn("a code point above U+10FFFF in this literal matches nothing, so the literal never "
@@ -388,8 +388,8 @@ class _Reader:
             self.warn(f"'{'[^]' if negated else '[]'}' is empty: llama.cpp reads it as the empty string "
                       "(it matches no character, and nothing to repeat)", start, "empty-class")
             return Literal(""), False, pos
-        if not ranges and not negated:
-            self.warn("this character class matches no character", start, "dead-end")
+        if not negated and all(0xD800 <= lo and hi <= 0xDFFF for lo, hi in ranges):
+            self.warn("this character class matches no character of valid text", start, "dead-end")
         return CharClass(tuple(ranges), negated), True, pos
 
     def _token(self, pos: int) -> tuple[Expr, int]:
