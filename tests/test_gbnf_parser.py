@@ -112,3 +112,14 @@ def test_token_refs_cannot_be_matched_by_text():
     g = Grammar.from_gbnf("root ::= <[5]> | \"a\"")
     with pytest.raises(GrammarError, match="token references"):
         g.matcher()
+
+
+def test_caret_context_shows_the_right_line_with_odd_line_breaks():
+    # \u2028 and form feeds do not end GBNF lines; a lone CR does
+    for text, line in (('root ::= "\u2028" @', 1), ('root ::= "\f" "a"\nx ::= @', 2), ('root ::= "a"\rx ::= @', 2)):
+        with pytest.raises(GrammarError) as info:
+            Grammar.from_gbnf(text)
+        err = info.value
+        assert err.line == line
+        src, caret = err.context.splitlines()
+        assert "@" in src and caret.index("^") == src.index("@")
