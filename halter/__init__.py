@@ -8,7 +8,7 @@ batching, what ``halter serve`` runs on).
 from typing import Any
 
 from halter import cache, limits
-from halter.errors import (FetchError, GrammarError, HalterError, IncompleteOutputError, LimitError, ModelLoadError,
+from halter.errors import (FetchError, GrammarError, GrammarWarning, HalterError, IncompleteOutputError, LimitError, ModelLoadError,
                            NoValidTokenError, SchemaError, UnsupportedSchemaError)
 from halter.grammar import Grammar, GrammarMatcher
 from halter.grammar.bitmask import allocate_bitmask, apply_bitmask, apply_token_bitmask_inplace
@@ -32,7 +32,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "FetchError", "GrammarError", "HalterError", "IncompleteOutputError", "LimitError", "ModelLoadError", "NoValidTokenError",
+    "FetchError", "GrammarError", "GrammarWarning", "HalterError", "IncompleteOutputError", "LimitError", "ModelLoadError", "NoValidTokenError",
     "cache", "limits",
     "SchemaError", "UnsupportedSchemaError", "__version__",
     "Grammar", "GrammarMatcher", "CompiledGrammar", "TokenMatcher", "Vocabulary",

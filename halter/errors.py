@@ -29,6 +29,20 @@ class GrammarError(HalterError, ValueError):
         super().__init__(full)
 
 
+class GrammarWarning(UserWarning):
+    """A grammar construct llama.cpp accepts that is probably not what was meant (a class that
+    matches nothing, ``[]``, a rule defined twice, ...), or where halter departs from llama.cpp on
+    purpose (left recursion). ``line`` and ``column`` (1-based) point at it; ``kind`` names the
+    family (``"dead-end"``, ``"empty-class"``, ``"redefined"``, ``"unbounded"``,
+    ``"left-recursion"``, ``"trap"``)."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None,
+                 kind: str = "trap") -> None:
+        self.message, self.line, self.column, self.kind = message, line, column, kind
+        where = f" at line {line}, column {column}" if line is not None else ""
+        super().__init__(f"{message}{where}")
+
+
 class SchemaError(HalterError, ValueError):
     """An invalid JSON Schema (or regex), with the JSON pointer of the problem."""
 
@@ -111,10 +125,19 @@ class LimitError(HalterError, ValueError):
 
 
 def _caret_context(text: str, line: int | None, column: int | None) -> str:
+    """The source line ``line`` with a caret under ``column``.
+
+    Lines end where the grammar's own lines end (``\n``, ``\r\n`` or a lone ``\r``), not at
+    every character ``str.splitlines`` splits on (``\u2028``, form feeds, ...); characters that
+    would not show as one column (controls, separators) show as ``?``, and tabs stay tabs under
+    the caret so that it lines up.
+    """
     if line is None or column is None:
         return ""
-    lines = text.splitlines() or [""]
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if not 1 <= line <= len(lines):
         return ""
-    src = lines[line - 1]
-    return f"    {src}\n    {' ' * (column - 1)}^"
+    src = "".join(c if c == "\t" or c.isprintable() else "?" for c in lines[line - 1])
+    pad = "".join("\t" if c == "\t" else " " for c in src[:max(column - 1, 0)])
+    pad += " " * max(column - 1 - len(src), 0)
+    return f"    {src}\n    {pad}^"

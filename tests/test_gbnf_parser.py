@@ -10,8 +10,12 @@ from halter.grammar.gbnf_parser import parse_gbnf
 # (grammar text, expected normalized GBNF)
 grammar__normalized = [
     ('root ::= "a" | "b"', 'root ::= "a" | "b"\n'),
-    ('root ::= ("a" "b")* [c-e]+ .? x{2} x{2,} x{2,5} x{,3}\nx ::= "x"',
+    ('root ::= ("a" "b")* [c-e]+ .? x{2} x{2,} x{2,5} x{0,3}\nx ::= "x"',
      'root ::= ("a" "b")* [c-e]+ .? x{2} x{2,} x{2,5} x{0,3}\nx ::= "x"\n'),
+    ('root ::= "a"+? "b"*+ "c"{2}{3}', 'root ::= ("a"+)? ("b"*)+ ("c"{2}){3}\n'),   # stacked: nested
+    ('root ::= (("a")?)?', 'root ::= ("a"?)?\n'),
+    ('root ::= "a"\r\nb ::= "b"\r\n', 'root ::= "a"\nb ::= "b"\n'),
+    ('root ::= [a^] [^^]', 'root ::= [a^] [^^]\n'),
     ('root ::= [^"\\\\\\n]', 'root ::= [^"\\\\\\n]\n'),
     ('# comment\nroot ::= "a" # trailing\n  # more\n', 'root ::= "a"\n'),
     ('root ::= "a" |\n  "b"', 'root ::= "a" | "b"\n'),
@@ -52,18 +56,26 @@ bad_grammar__message__line__column = [
     ('root ::= x\nx ::= "a" y', "undefined rule 'y' (used in rule 'x')", 2, 11),
     ('start ::= "a"', "missing root rule", 1, 1),
     ('root ::= "\\q"', "bad escape '\\q'", 1, 11),
+    ('root ::= "\\\'"', "bad escape", 1, 11),
+    ('root ::= [\\^]', "bad escape", 1, 11),
+    ('root ::= "\\/"', "bad escape", 1, 11),
+    ('root ::= "\\0"', "bad escape", 1, 11),
+    ('root ::= "a"{,3}', "'{,n}' is not GBNF", 1, 13),
+    ('root ::= my_rule\nmy_rule ::= "a"', "cannot contain '_'", 1, 12),
+    ('root ::= "a"{2001}', "above llama.cpp's limit", 1, 13),
+    ('root ::= "a"{50}{50}', "too large for llama.cpp", 1, 17),
+    ('root ::= ""*', "matches only the empty string", 1, 12),
     ('root ::= "\\x4"', "expected 2 hex digits", 1, 11),
     ('root ::= [\\u12]', "expected 4 hex digits", 1, 11),
     ('root ::= "a"{3,1}', "reversed repetition bounds", 1, 13),
     ('root ::= "a"{x}', "bad repetition bounds", 1, 13),
     ('root ::= "a"{,}', "bad repetition bounds", 1, 13),
+    ('root ::= "a"\n| "b"', "'|' at the start of a line", 2, 1),
     ('root ::= ("a"', "unclosed '('", 1, 14),
     ('root ::= "a")', "unbalanced ')'", 1, 13),
     ('root "a"', "expected '::='", 1, 6),
     ("root ::= @", "unexpected character '@'", 1, 10),
     ("root ::= *", "has nothing to repeat", 1, 10),
-    ('root ::= [z-a]', "reversed range", 1, 10),
-    ('root ::= "a"\nroot ::= "b"', "defined twice", 2, 1),
     ('root ::= <[x]>', "bad token id", 1, 10),
     ('root ::= root "a"', "can never match", 1, 1),
     ('root ::= x\n\n  x ::= [ab]* "a" [ab]{16}', "rule 'x' is too complex", 3, 3),     # 2^16 DFA states
@@ -100,3 +112,14 @@ def test_token_refs_cannot_be_matched_by_text():
     g = Grammar.from_gbnf("root ::= <[5]> | \"a\"")
     with pytest.raises(GrammarError, match="token references"):
         g.matcher()
+
+
+def test_caret_context_shows_the_right_line_with_odd_line_breaks():
+    # \u2028 and form feeds do not end GBNF lines; a lone CR does
+    for text, line in (('root ::= "\u2028" @', 1), ('root ::= "\f" "a"\nx ::= @', 2), ('root ::= "a"\rx ::= @', 2)):
+        with pytest.raises(GrammarError) as info:
+            Grammar.from_gbnf(text)
+        err = info.value
+        assert err.line == line
+        src, caret = err.context.splitlines()
+        assert "@" in src and caret.index("^") == src.index("@")

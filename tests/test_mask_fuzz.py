@@ -16,7 +16,7 @@ def fuzz():
 def test_random_grammars_masks_and_matches_agree(fuzz, tmp_path, monkeypatch):
     monkeypatch.setenv("HALTER_CACHE_DIR", str(tmp_path))
     counts, found = fuzz.run(25, seed=3)
-    assert counts["grammars"] - counts["refused"] >= 20 and counts["states"] > 300
+    assert counts["grammars"] - counts["refused"] >= 18 and counts["states"] > 300   # (GBNF as llama.cpp reads it refuses a few more of the random texts)
     assert found == [], found[:3]
 
 

@@ -17,7 +17,7 @@ grammar__accepted__rejected = [
     ('root ::= "x"{3}', ["xxx"], ["xx", "xxxx"]),
     ('root ::= "x"{2,}', ["xx", "xxxxx"], ["x"]),
     ('root ::= "x"{1,3}', ["x", "xxx"], ["", "xxxx"]),
-    ('root ::= "x"{,2}', ["", "xx"], ["xxx"]),
+    ('root ::= "x"{0,2}', ["", "xx"], ["xxx"]),
     ('root ::= ("ab" | "c")+ "!"', ["ab!", "cabc!"], ["a!", "!"]),
     ('root ::= a b\na ::= "x" | ""\nb ::= "y"+', ["y", "xyy"], ["x", "xx"]),
     ('root ::= "é漢😀"', ["é漢😀"], ["e漢😀", "é漢"]),

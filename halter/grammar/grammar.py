@@ -28,6 +28,8 @@ class Grammar:
                  _positions: dict[str, tuple[int, int]] | None = None) -> None:
         rs = RuleSet(dict(rules))
         self.text_check: TextCheck | None = _check     # a condition beside the grammar (uniqueItems)
+        #: the ``GrammarWarning``s parsing raised (GBNF only): traps llama.cpp accepts, departures
+        self.warnings: list = []
         check_references(rs, root, _text)
         self.rules: dict[str, Expr] = rs.rules
         self.root = root
@@ -53,13 +55,24 @@ class Grammar:
     @classmethod
     def from_gbnf(cls, text: str, root: str = "root") -> "Grammar":
         """Parse llama.cpp GBNF; raise ``GrammarError`` (with ``.line``/``.column``) on bad input."""
+        import warnings
+
+        from halter.errors import GrammarWarning
         cached = _load_cached(text, root)
         if cached is not None:
+            for message, line, column, kind in cached[2] or ():
+                warnings.warn(GrammarWarning(message, line, column, kind), stacklevel=2)
             return cls(cached[0], root, _automata=cached[1])
         rs = parse_gbnf(text)
         check_references(rs, root, text)
         grammar = cls(rs.rules, root, _text=text, _positions=rs.positions)
-        _store_cached(text, root, grammar)
+        from halter.grammar.gbnf_checks import dead_end_warnings
+        found = rs.warnings + dead_end_warnings(rs.rules, root, rs.positions)
+        found.sort(key=lambda w: (w[1], w[2]))
+        for message, line, column, kind in found:
+            warnings.warn(GrammarWarning(message, line, column, kind), stacklevel=2)
+        grammar.warnings = [GrammarWarning(*w) for w in found]
+        _store_cached(text, root, grammar, found)
         return grammar
 
     @classmethod

@@ -7,6 +7,7 @@ their calls. ``automaton.py`` determinizes and minimizes the result.
 from __future__ import annotations
 
 import functools
+import heapq
 import re
 import sys
 
@@ -85,17 +86,7 @@ class NfaBuilder:
         for n, rs in refs.items():
             for r in rs:
                 counts[r] = counts.get(r, 0) + 1
-        recursive: set[str] = set()
-        for n in self.rules:
-            seen, stack = set(), list(refs[n])
-            while stack:
-                x = stack.pop()
-                if x == n:
-                    recursive.add(n)
-                    break
-                if x not in seen and x in refs:
-                    seen.add(x)
-                    stack.extend(refs[x])
+        recursive = _recursive_rules(refs)
         expanded: dict[str, int] = {}
 
         def exp_size(n: str) -> int:
@@ -132,11 +123,31 @@ class NfaBuilder:
                 hit = leaves_out[n] = any(r not in self.inline or calls_out(r) for r in refs[n])
             return hit
 
-        for once in (False, True):      # rules used once, however big, only after the small ones
-            changed = True
-            while changed:
-                changed = False
-                for n in self.rules:
+        order = {n: i for i, n in enumerate(self.rules)}
+
+        def forget(n: str) -> None:
+            """Drop memoised sizes and verdicts of ``n``'s callers (transitively): they counted it
+            as a call."""
+            stack = [n]
+            while stack:
+                for c in callers.get(stack.pop(), ()):
+                    if c in expanded or c in leaves_out:
+                        expanded.pop(c, None)
+                        leaves_out.pop(c, None)
+                        stack.append(c)
+
+        # rules are taken in definition order, and after one is expanded its callers are looked at
+        # again (a worklist: linear in the rules, where rescanning all of them was quadratic)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 100_000))      # sizes recurse along chains of expanded rules
+        try:
+            for once in (False, True):      # rules used once, however big, only after the small ones
+                heap = list(range(len(order)))
+                queued = set(heap)
+                names = list(self.rules)
+                while heap:
+                    n = names[heapq.heappop(heap)]
+                    queued.discard(order[n])
                     if n in self.inline or n == root or n in recursive or calls_out(n):
                         continue
                     size = exp_size(n)
@@ -149,10 +160,14 @@ class NfaBuilder:
                     elif size > INLINE_MAX_STATES:
                         continue
                     self.inline.add(n)
-                    expanded.clear()
-                    leaves_out.clear()
-                    changed = True
-        self._limit_wide_copies()
+                    forget(n)
+                    for c in callers.get(n, ()):
+                        if c in order and order[c] not in queued:
+                            queued.add(order[c])
+                            heapq.heappush(heap, order[c])
+            self._limit_wide_copies()
+        finally:
+            sys.setrecursionlimit(limit)
 
     def _limit_wide_copies(self) -> None:
         """Stop expanding rules whose wide classes would be copied too often.
@@ -373,3 +388,48 @@ class NfaBuilder:
                 self.emit(nfa, inner, cur, nxt, rule)
                 cur = nxt
             nfa.add(cur, EPS, None, e)
+
+
+def _recursive_rules(refs: dict[str, list[str]]) -> set[str]:
+    """Rules that can call themselves (directly or through others): Tarjan's strongly connected
+    components, iteratively (chains of thousands of rules)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    comp_stack: list[str] = []
+    out: set[str] = set()
+    counter = 0
+    for start in refs:
+        if start in index:
+            continue
+        work = [(start, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                comp_stack.append(v)
+                on_stack.add(v)
+            succ = [w for w in refs.get(v, ()) if w in refs]
+            if i < len(succ):
+                work.append((v, i + 1))
+                w = succ[i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            if work:                                  # v is done: pass its low link to its parent
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = comp_stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in refs.get(v, ()):
+                    out.update(comp)
+    return out

@@ -32,6 +32,10 @@ _K_OLD, _K_ACC, _K_CALL, _K_TOK, _K_TGT = (np.uint64(k) for k in (
     0x9E3779B97F4A7C15, 0xD6E8FEB86659FD93, 0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3))
 
 
+#: positions x refinement rounds spent before giving up on merging (~2 s on a 2-core machine)
+_WORK_BUDGET = 15_000_000
+
+
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
     x = (x ^ (x >> _S30)) * _M1
@@ -58,7 +62,9 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
         hx[:n] = _mix(acc + np.uint64(1))
         sums = np.zeros(len(owner) + 1, dtype=np.uint64)
         count = len(np.unique(hx[:n]))
-        for _round in range(n + 1):       # Moore's refinement is stable within n rounds
+        # Moore's refinement is stable within n rounds, but each round is O(n): past a work budget
+        # (long chains of rules need a round per rule) stop and merge nothing, which is always sound
+        for _round in range(min(n + 1, max(64, _WORK_BUDGET // max(n, 1)))):
             # an edge's term: its label and where it leads (a call: the callee's start and the return)
             v = hx[x]
             v *= mul
@@ -77,7 +83,7 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
             if new_count == count:
                 break
             count = new_count
-        else:                            # only hash collisions could get here: merge nothing
+        else:                            # hash collisions, or the budget: merge nothing
             return None
     if count == n:
         return None
