@@ -97,8 +97,11 @@ def resolve_constraint(model: Any, *, grammar: Any = None, json_schema: Any = No
 
 # -- prompts and samplers ------------------------------------------------------------------------
 
-def _prompt_args(model: Any, prompt: Any, chat_template: str | None) -> tuple[Any, dict[str, Any]]:
-    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template."""
+def _prompt_args(model: Any, prompt: Any, chat_template: str | None, tools: Any = None,
+                 template_kwargs: Mapping[str, Any] | None = None,
+                 **template_vars: Any) -> tuple[Any, dict[str, Any]]:
+    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template
+    (``tools``, ``template_kwargs`` and ``template_vars`` are passed to it)."""
     if isinstance(prompt, str):
         return prompt, {}
     if is_chat_prompt(prompt):
@@ -107,7 +110,8 @@ def _prompt_args(model: Any, prompt: Any, chat_template: str | None) -> tuple[An
             if vocab.token_bytes[i] else vocab.token_texts[i]  # noqa: E731
         bos, eos = text_of(vocab.bos_id), text_of(vocab.eos_id)
         template = chat_template if chat_template is not None else chat_template_of(model)
-        text = render_chat(template, prompt, bos_token=bos, eos_token=eos)
+        text = render_chat(template, prompt, bos_token=bos, eos_token=eos, tools=tools,
+                           **{**dict(template_kwargs or {}), **template_vars})
         return text, {"parse_special": True, "add_bos": None if not bos or not text.startswith(bos) else False}
     if isinstance(prompt, (list, tuple, np.ndarray)) and all(isinstance(t, (int, np.integer)) for t in prompt):
         return [int(t) for t in prompt], {}
@@ -156,11 +160,14 @@ def generate(model: Any, prompt: Any, *, grammar: Any = None, json_schema: Any =
              regex: str | None = None, output_type: Any = None, response_format: Any = None,
              max_tokens: int = 256, stop: str | Sequence[str] = (), sampling: Any = None,
              grammar_first: bool = False, stream: bool = False, chat_template: str | None = None,
-             schema_options: Mapping[str, Any] | None = None,
+             schema_options: Mapping[str, Any] | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
+             chat_template_kwargs: Mapping[str, Any] | None = None,
              **sampling_kwargs: Any) -> Completion | CompletionStream:
     """Generate a continuation of ``prompt`` that obeys at most one constraint.
 
-    ``prompt``: text, token ids, or chat messages (rendered with the model's chat template).
+    ``prompt``: text, token ids, or chat messages (rendered with the model's chat template, as
+    ``transformers``' ``apply_chat_template`` renders it, with ``tools`` and the template keyword
+    arguments ``chat_template_kwargs`` such as ``{"enable_thinking": False}``).
     Sampling: ``sampling=SamplingParams(...)`` and/or its fields as keywords (``temperature``,
     ``top_k``, ``top_p``, ``min_p``, ``seed``, ...). Returns a ``Completion``; with
     ``stream=True`` a ``CompletionStream`` of text pieces whose ``completion`` is set at the end.
@@ -168,7 +175,7 @@ def generate(model: Any, prompt: Any, *, grammar: Any = None, json_schema: Any =
     constraint = resolve_constraint(model, grammar=grammar, json_schema=json_schema, regex=regex,
                                     output_type=output_type, response_format=response_format,
                                     schema_options=schema_options)
-    engine_prompt, tok_kwargs = _prompt_args(model, prompt, chat_template)
+    engine_prompt, tok_kwargs = _prompt_args(model, prompt, chat_template, tools, chat_template_kwargs)
     chain = _chain(model, _params(sampling, sampling_kwargs))
     from halter.engine.generation import generate as engine_generate
 
@@ -193,6 +200,8 @@ def generate_batch(model: Any, prompts: Sequence[Any], *, grammar: Any = None, j
                    max_tokens: int = 256, stop: str | Sequence[str] = (), sampling: Any = None,
                    grammar_first: bool = False, seed: int | Sequence[int] | None = None,
                    chat_template: str | None = None, schema_options: Mapping[str, Any] | None = None,
+                   tools: Sequence[Mapping[str, Any]] | None = None,
+                   chat_template_kwargs: Mapping[str, Any] | None = None,
                    **sampling_kwargs: Any) -> list[Completion]:
     """Generate for several prompts at once, decoding them together in the model's KV cache.
 
@@ -213,7 +222,7 @@ def generate_batch(model: Any, prompts: Sequence[Any], *, grammar: Any = None, j
     constraints, requests = [], []
     for i, p in enumerate(prompts):
         c = resolve_constraint(model, schema_options=schema_options, **{k: per[k][i] for k in _CONSTRAINTS})
-        engine_prompt, kw = _prompt_args(model, p, chat_template)
+        engine_prompt, kw = _prompt_args(model, p, chat_template, tools, chat_template_kwargs)
         chain = _chain(model, params if seeds[i] is None else params.replace(seed=seeds[i]))
         constraints.append(c)
         requests.append(Request(engine_prompt, max_tokens=max_tokens, sampler=chain, grammar=c.compiled,

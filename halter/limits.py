@@ -37,6 +37,12 @@ class Limits:
     #: Dimensions of one GGUF tensor (ggml has at most 4).
     tensor_dims: int = 4
 
+    #: Transformer blocks (``<arch>.block_count``) a GGUF model may declare; checked before any
+    #: per-layer structure is made.
+    model_layers: int = 4096
+    #: Bytes of one HTTP request body accepted by ``halter serve`` (larger bodies get 413).
+    request_body_bytes: int = 16 * 1024 * 1024
+
 
 LIMITS = Limits()
 

@@ -2,11 +2,13 @@
 loading a bench script as a module (the fuzz tests run small rounds of them)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# ../shared beside the checkout; HALTER_SHARED_DIR points elsewhere (a checkout in another place)
+SHARED = Path(os.environ.get("HALTER_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared")
 
 
 def shared_path(*parts: str) -> Path:
@@ -27,6 +29,29 @@ def bench_module(name: str):
     sys.modules.setdefault(name, module)       # (dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module
+
+
+class _TinyHF(dict):
+    """name -> (gguf path, Hugging Face folder); each model built on first use."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name: str):
+        from tests.hf_models import build_tiny_hf
+        value = self[name] = build_tiny_hf(shared_path("vocab", f"ggml-vocab-{name}.gguf"), self.root / name)
+        return value
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_models(tmp_path_factory):
+    """Tiny random-weight llama models with real tokenizers (llama.cpp's vocabularies from
+    ../shared/vocab, e.g. ``"llama-spm"``, ``"gpt-2"``), each as a GGUF file and as the Hugging
+    Face folder ``transformers`` writes from it: ``tiny_hf_models[name] -> (gguf, folder)``.
+    Built once per run, on first use; needs ``transformers``."""
+    pytest.importorskip("transformers")
+    return _TinyHF(tmp_path_factory.mktemp("hf-models"))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="on an error, print the Python traceback too (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     validate.add_parser(sub)
-    for name in ("run", "schema2gbnf", "compile", "demo", "cache_cmd"):
+    for name in ("run", "schema2gbnf", "compile", "demo", "cache_cmd", "pull", "serve"):
         try:
             module = __import__(f"halter.cli.{name}", fromlist=["add_parser"])
         except ImportError:

@@ -23,6 +23,7 @@ import torch
 
 from halter.engine.config import ModelConfig
 from halter.engine.dequant import GGML_TYPES, dequantize, type_name
+from halter.engine.quant_tensor import QuantTensor, release_pages
 from halter.errors import ModelLoadError
 from halter.limits import LIMITS
 
@@ -165,13 +166,30 @@ def _report(progress: Progress, path: Any) -> Callable[[int, int, str], None]:
     return show
 
 
+def _quant_view(path: Any, info: TensorInfo, device: torch.device) -> QuantTensor:
+    """The tensor's raw blocks (file-backed view on the CPU), its scale fields checked for NaN/inf."""
+    q = QuantTensor.from_file(os.fspath(path), info.offset, info.type, info.shape)  # type: ignore[arg-type]
+    if not q.scales_finite():
+        raise ModelLoadError("tensor contains NaN or infinite scales", path=path, field=info.name)
+    if device.type == "cpu":
+        release_pages(q)
+        return q
+    return q.to(device)
+
+
 def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch.device,
-              progress: Progress = True) -> tuple[ModelConfig, dict[str, torch.Tensor], Any]:
+              progress: Progress = True, weights: str = "dequantize"
+              ) -> tuple[ModelConfig, dict[str, Any], Any]:
     """Config, ``{gguf tensor name: tensor}`` (dequantized to ``dtype`` on ``device``) and the metadata.
 
     ``rope_freqs.weight`` (llama 3 frequency factors) is kept in float32 when present; the
     returned dict has ``output.weight`` only when the file has one (else the output is tied).
+    With ``weights="packed"`` a quantized matrix is returned as a ``QuantTensor`` instead: on the
+    CPU a view of the memory-mapped file (nothing read but its scale fields, checked for NaN), on
+    another device its raw blocks copied there.
     """
+    if weights not in ("packed", "dequantize"):
+        raise ValueError(f"weights must be 'packed' or 'dequantize', not {weights!r}")
     meta, infos = read_layout(path)
     emb = infos.get("token_embd.weight")
     if emb is None:
@@ -212,6 +230,10 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
             raise ModelLoadError("file is truncated: tensor data runs past the end", path=path,
                                  field=name)
         target = torch.float32 if name == "rope_freqs.weight" else dtype
+        if weights == "packed" and len(shape) == 2 and GGML_TYPES[ttype][1] > 1:
+            tensors[name] = _quant_view(path, info, device)
+            show(done, total, name)
+            continue
         try:
             t = dequantize(data[info.offset:info.offset + info.n_bytes], ttype, shape, dtype=target, device=device)
         except ValueError as exc:

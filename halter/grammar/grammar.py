@@ -187,12 +187,16 @@ class Grammar:
             raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
                             "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
         if not cache:
-            return compile_grammar(self, vocab, cache=False, progress=progress)
+            with self._space.lock:
+                return compile_grammar(self, vocab, cache=False, progress=progress)
         per_vocab = self.__dict__.setdefault("_compiled", {})
         key = vocab.fingerprint()
         cg = per_vocab.get(key)
         if cg is None:
-            cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
+            with self._space.lock:               # threads compiling at once share one result
+                cg = per_vocab.get(key)
+                if cg is None:
+                    cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
         return cg
 
     # -- presentation ------------------------------------------------------------------------

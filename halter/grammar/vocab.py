@@ -175,6 +175,14 @@ class Vocabulary:
         return cls.from_gguf_metadata(meta, path=path)
 
     @classmethod
+    def from_hf_tokenizer(cls, tokenizer: Any, *, eos_token_id: int | Iterable[int] | None = None,
+                          vocab_size: int | None = None) -> "Vocabulary":
+        """The vocabulary of a ``transformers`` / ``tokenizers`` tokenizer (byte-level BPE or
+        SentencePiece); see :func:`halter.grammar.hf_vocab.vocabulary_from_hf_tokenizer`."""
+        from halter.grammar.hf_vocab import vocabulary_from_hf_tokenizer
+        return vocabulary_from_hf_tokenizer(tokenizer, eos_token_id=eos_token_id, vocab_size=vocab_size)
+
+    @classmethod
     def from_gguf_metadata(cls, meta: dict[str, Any], *, path: str | Path | None = None) -> "Vocabulary":
         """Build the vocabulary from metadata already read by :func:`read_gguf_metadata`."""
         return _build_from_metadata(cls, meta, path)
