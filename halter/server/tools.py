@@ -15,7 +15,8 @@ import uuid
 from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
-from halter.api import Constraint, _json_parser
+from halter.api import Constraint
+from halter.constraints import json_value_parser
 
 __all__ = ["call_schema", "tool_calls_of", "tool_constraint", "tools_system_message"]
 
@@ -56,7 +57,7 @@ def tool_constraint(model: Any, functions: Sequence[Mapping[str, Any]], choice: 
         constraint = Constraint(grammar.compile(model.vocab), lambda text: text)
     else:
         grammar = Grammar.from_json_schema(schema)
-        constraint = Constraint(grammar.compile(model.vocab), _json_parser(schema))
+        constraint = Constraint(grammar.compile(model.vocab), json_value_parser(schema))
     with _lock:
         _cache[key] = constraint
         while len(_cache) > 32:
