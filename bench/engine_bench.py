@@ -1,14 +1,16 @@
-"""Engine throughput: prompt processing and decode tokens/s, against transformers in the same run.
+"""Engine throughput: prompt processing and decode tokens/s, against peers in the same run.
+
+With ``--model PATH`` (repeatable; ``tiny`` builds a small random Q4_0 llama): halter against
+llama.cpp (``--llama-python``), transformers and vLLM (``--vllm-python``) on that GGUF file, each
+measurement in a fresh child process: load s, prompt tok/s, decode tok/s at batch 1 and batch 8,
+peak RSS (``bench/engine_peers.py``; ``--plot PNG`` draws the table). Without ``--model``:
 
 CPU (always): a ~100M-parameter random llama GGUF (F16 on disk, run in fp32) built into a temp
 dir; halter's engine and transformers' CPU ``generate`` on the same weights, greedy, medians of
 ``--repeats`` runs, ratio halter / transformers; then halter's decode step in its CPU modes on
 the same weights and cache: eager, the static-shape step, and the static step compiled with
 ``torch.compile`` (inductor; skipped with a message when it cannot compile here).
-GPU (only when ``torch.cuda.is_available()``): a ~1B-parameter llama in bf16, decode at batch 1
-and batch 16, eager and CUDA-graph, with the fraction of the memory-bandwidth bound reached
-(weight + KV bytes read per step divided by the step time, over the device-to-device copy
-bandwidth measured in this run).
+GPU figures: ``bench/gpu_bench.py`` (run by ``bench/gpu_check.sh``).
 
 Run by hand:  python bench/engine_bench.py [--repeats 5] [--prompt 128] [--decode 32] [--threads N]
               [--n-ctx N] [--skip-hf] [--no-compile]
@@ -154,37 +156,24 @@ def bench_cpu(tmp: str, args: argparse.Namespace) -> None:
     bench_modes(model, prompt, args)
 
 
-def bench_gpu(tmp: str, args: argparse.Namespace) -> None:
-    path = build_tiny_gguf(os.path.join(tmp, "bench-1b.gguf"), n_layer=16, n_embd=2048, n_head=32,
-                           n_head_kv=8, n_ff=8192, dtype="F16", seed=2)
-    n_ctx = args.n_ctx or args.prompt + args.decode + 8
-    model = Model.load(path, device="cuda", dtype="bf16", n_ctx=n_ctx, n_seq_max=16, progress=False)
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.net.parameters())
-    big = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
-    t_copy = median_time(lambda: big.clone(), 5)
-    copy_bw = 2 * big.numel() / t_copy                          # read + write
-    prompt = list(range(10, 10 + args.prompt))
-    print(f"\n## GPU {torch.cuda.get_device_name()}, {weight_bytes / 2 / 1e9:.2f}B-parameter llama (bf16)")
-    print(f"device copy bandwidth (measured): {copy_bw / 1e9:.0f} GB/s")
-    print("| batch | mode | decode tok/s (all rows) | ms/step | GB/s read | fraction of bound | vs eager |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    modes = {"eager": with_mode(model, "eager"), "cuda-graph": with_mode(model, "cuda-graph")}
-    for batch in (1, 16):
-        runs = {name: decode_steps(m, prompt, batch, args.decode) for name, m in modes.items()}
-        for run in runs.values():
-            run()                                  # warm-up; captures the graph of this bucket
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.repeats):
-            for name, run in runs.items():
-                times[name].append(median_time(run, 1))
-        kv_bytes = 2 * model.config.n_layer * batch * model.config.n_head_kv * model.config.head_dim \
-            * (args.prompt + args.decode // 2) * 2
-        eager_step = statistics.median(times["eager"]) / args.decode
-        for name, ts in times.items():
-            t_step = statistics.median(ts) / args.decode
-            read = (weight_bytes + kv_bytes) / t_step
-            print(f"| {batch} | {name} | {batch / t_step:.0f} | {t_step * 1e3:.2f} | {read / 1e9:.0f} | "
-                  f"{read / copy_bw:.2f} | {eager_step / t_step:.2f} |")
+def peers(args: argparse.Namespace) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import engine_peers
+    print(f"# engine_bench: {' '.join(sys.argv)}")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}")
+    if args.repeats == 5 and "--repeats" not in sys.argv:
+        args.repeats = 3
+    args.prompt = 256 if "--prompt" not in sys.argv else args.prompt
+    args.threads = args.threads or 2
+    with tempfile.TemporaryDirectory() as tmp:
+        args.model = [build_tiny_gguf(os.path.join(tmp, "tiny-q4_0.gguf"), n_layer=4, n_embd=256, n_head=8,
+                                      n_head_kv=4, n_ff=768, dtype="Q4_0", seed=3) if m == "tiny" else m
+                      for m in args.model]
+        table = engine_peers.compare(args, lambda s: print(s, flush=True))
+    if args.plot:
+        engine_peers.plot(table, args.plot)
+        print(f"plot: {args.plot}")
 
 
 def main() -> None:
@@ -196,7 +185,17 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=0, help="cache length (0: prompt + decode + 8)")
     ap.add_argument("--no-compile", action="store_true", help="CPU: leave out torch.compile")
     ap.add_argument("--skip-hf", action="store_true", help="CPU: only halter's decode modes")
+    ap.add_argument("--model", action="append", help="GGUF file for the peer comparison ('tiny': a random one)")
+    ap.add_argument("--engines", default="halter,llama.cpp,transformers,vllm")
+    ap.add_argument("--llama-python", help="python of a venv with llama-cpp-python")
+    ap.add_argument("--vllm-python", help="python of a venv with vLLM's CPU build")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per child run")
+    ap.add_argument("--plot", help="PNG of the peer comparison")
     args = ap.parse_args()
+    if args.model:
+        peers(args)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# engine_bench: {' '.join(sys.argv)}")
@@ -204,10 +203,6 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d')}, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         bench_cpu(tmp, args)
-        if torch.cuda.is_available():
-            bench_gpu(tmp, args)
-        else:
-            print("\nno CUDA device: GPU part skipped")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import warnings
 
 import jsonschema
 
+from halter.schemas.format_check import format_checker
+
 KEYS = ["a", "b", "c"]
 VALUES = [1, "x", None, 2.5, {}, []]
 NUMBER_TEXTS = ["0", "-0", "1", "1.0", "2.5", "-3", "1e0", "1.5e-3", "15e-1", "-5e-05", "100",
@@ -172,7 +174,7 @@ def run(n_schemas: int, seed: int, depth: int = 3, time_limit: int = 20,
         if draft == 7:
             s = {"$schema": "http://json-schema.org/draft-07/schema#", **as_draft7(s)} if isinstance(s, dict) else s
             cls = jsonschema.Draft7Validator
-        validator = cls(s, format_checker=cls.FORMAT_CHECKER)
+        validator = cls(s, format_checker=format_checker(cls))
         try:
             verdicts = {t: validator.is_valid(json.loads(t)) for t in texts}
         except (RecursionError, jsonschema.exceptions._WrappedReferencingError):

@@ -2,12 +2,13 @@
 
 Grammar side (no torch needed): ``Grammar``, ``Vocabulary``, ``CompiledGrammar``, ``TokenMatcher``,
 ``allocate_bitmask``, ``apply_bitmask``. Generation side (imports torch on first use): ``Model``,
-``generate``, ``generate_batch``, ``SamplingParams``, ``Completion``.
+``generate``, ``generate_batch``, ``SamplingParams``, ``Completion``, ``Scheduler`` (continuous
+batching, what ``halter serve`` runs on).
 """
 from typing import Any
 
 from halter import cache, limits
-from halter.errors import (GrammarError, HalterError, IncompleteOutputError, LimitError, ModelLoadError,
+from halter.errors import (FetchError, GrammarError, HalterError, IncompleteOutputError, LimitError, ModelLoadError,
                            NoValidTokenError, SchemaError, UnsupportedSchemaError)
 from halter.grammar import Grammar, GrammarMatcher
 from halter.grammar.bitmask import allocate_bitmask, apply_bitmask, apply_token_bitmask_inplace
@@ -26,10 +27,12 @@ _LAZY = {
     "CompletionStream": ("halter.completion", "CompletionStream"),
     "SamplingParams": ("halter.sampling.params", "SamplingParams"),
     "CommonSampler": ("halter.sampling.common", "CommonSampler"),
+    "pull": ("halter.fetch", "pull"),
+    "Scheduler": ("halter.engine.scheduler", "Scheduler"),
 }
 
 __all__ = [
-    "GrammarError", "HalterError", "IncompleteOutputError", "LimitError", "ModelLoadError", "NoValidTokenError",
+    "FetchError", "GrammarError", "HalterError", "IncompleteOutputError", "LimitError", "ModelLoadError", "NoValidTokenError",
     "cache", "limits",
     "SchemaError", "UnsupportedSchemaError", "__version__",
     "Grammar", "GrammarMatcher", "CompiledGrammar", "TokenMatcher", "Vocabulary",

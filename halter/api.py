@@ -20,7 +20,7 @@ import numpy as np
 
 from halter.chat import chat_template_of, is_chat_prompt, render_chat
 from halter.completion import Completion, CompletionStream, Usage
-from halter.errors import GrammarError, SchemaError
+from halter.errors import GrammarError
 
 __all__ = ["generate", "generate_batch", "resolve_constraint", "Constraint"]
 
@@ -47,113 +47,33 @@ class Constraint:
 
 # -- constraints --------------------------------------------------------------------------------
 
-def _json_parser(schema: Any) -> Callable[[str], Any]:
-    import jsonschema
-
-    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
-
-    def parse(text: str) -> Any:
-        value = json.loads(text)
-        err = jsonschema.exceptions.best_match(validator.iter_errors(value))
-        if err is not None:
-            ptr = "#" + "".join(f"/{p}" for p in err.absolute_path)
-            raise SchemaError(f"the output does not validate against the schema: {err.message}",
-                              ptr, err.validator)
-        return value
-    return parse
-
-
-def _type_parser(tp: Any) -> tuple[dict, Callable[[str], Any]]:
-    """(JSON Schema, validating parser) of a Pydantic model class or a Python type."""
-    import pydantic
-
-    from halter.schemas.pytypes import pydantic_grammar_schema
-    if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
-        schema, validate = pydantic_grammar_schema(tp), tp.model_validate_json
-    else:
-        try:
-            adapter = pydantic.TypeAdapter(tp)
-            schema = pydantic_grammar_schema(adapter)
-        except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as err:
-            raise SchemaError(f"output_type {tp!r} has no JSON form: {err}") from None
-        validate = adapter.validate_json
-
-    def parse(text: str) -> Any:
-        try:
-            return validate(text)
-        except pydantic.ValidationError as err:
-            raise SchemaError(f"the output does not validate as {tp!r}: {err}") from None
-    return schema, parse
-
-
-def _response_format_schema(rf: Any) -> Any:
-    if not isinstance(rf, Mapping) or rf.get("type") not in ("text", "json_object", "json_schema"):
-        raise ValueError(f"response_format type must be one of 'text', 'json_object', 'json_schema'; got {rf!r}")
-    if rf["type"] == "text":
-        return None
-    if rf["type"] == "json_object":
-        return rf.get("schema", {"type": "object"})
-    envelope = rf.get("json_schema")
-    if not isinstance(envelope, Mapping) or "schema" not in envelope:
-        raise ValueError("response_format {'type': 'json_schema'} needs {'json_schema': {'schema': {...}}}")
-    return envelope["schema"]
-
-
-def _load_schema(schema: Any) -> Any:
-    """A private deep copy of a schema given as dict/bool or JSON text."""
-    if isinstance(schema, str):
-        try:
-            return json.loads(schema)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"json_schema is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
-    if isinstance(schema, (bool, Mapping)):
-        return json.loads(json.dumps(schema))
-    raise TypeError(f"json_schema must be a dict, a bool, JSON text or a Pydantic model class, not {type(schema).__name__}")
-
-
 def resolve_constraint(model: Any, *, grammar: Any = None, json_schema: Any = None, regex: str | None = None,
                        output_type: Any = None, response_format: Any = None,
                        schema_options: Mapping[str, Any] | None = None) -> Constraint:
     """The compiled grammar and parser for at most one constraint, compiled for ``model.vocab``.
 
-    ``schema_options`` go to ``json_schema_to_gbnf`` (``whitespace``, ``strict``,
-    ``closed_objects``, ``prop_order``, ``target``) for the JSON constraints.
+    The grammar comes from ``halter.constraints.resolve`` (the one path every entry point
+    takes); compiled grammars are kept per model. ``schema_options`` go to
+    ``Grammar.from_json_schema`` (``whitespace``, ``strict``, ``closed_objects``, ``prop_order``,
+    ``target``) for the JSON constraints.
     """
+    from halter import constraints
+
     opts = dict(schema_options or {})
-    given = [(n, v) for n, v in zip(_CONSTRAINTS, (grammar, json_schema, regex, output_type, response_format))
-             if v is not None]
-    if len(given) > 1:
-        raise TypeError(f"pass at most one of {', '.join(_CONSTRAINTS)}; got {given[0][0]} and {given[1][0]}")
-    if not given:
+    chosen = constraints.pick(grammar, json_schema, regex, output_type, response_format)
+    if chosen is None:
         return Constraint(None, lambda text: text)
-    kind, spec = given[0]
-    if kind == "response_format":
-        spec = _response_format_schema(spec)
-        if spec is None:
-            return Constraint(None, lambda text: text)
-        kind = "json_schema"
-    if kind == "json_schema":
-        import pydantic
-        if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
-            kind = "output_type"
+    kind, spec = constraints.normalize(*chosen)
     key: Any = None
-    from halter.grammar.compiled import CompiledGrammar
-    if kind == "grammar" and isinstance(spec, CompiledGrammar):
-        if spec.vocab_size != model.vocab.size:
-            raise GrammarError(f"the grammar was compiled for a vocabulary of {spec.vocab_size} tokens; "
-                               f"this model's has {model.vocab.size}")
-        return Constraint(spec, lambda text: text)
+    if kind == "none":
+        return Constraint(None, lambda text: text)
+    if kind == "grammar" and not isinstance(spec, str) and not hasattr(spec, "compile"):
+        return Constraint(constraints.build(kind, spec, opts).compile(model.vocab), lambda text: text)
     if kind == "grammar":
-        if not isinstance(spec, str) and not hasattr(spec, "compile"):
-            raise TypeError(f"grammar must be GBNF text, a Grammar or a CompiledGrammar, not {type(spec).__name__}")
         key = ("gbnf", spec if isinstance(spec, str) else str(spec))
     elif kind == "json_schema":
-        spec = _load_schema(spec)
         key = ("schema", json.dumps(spec, sort_keys=True))
     elif kind == "regex":
-        if not isinstance(spec, str):
-            raise TypeError(f"regex must be a str, not {type(spec).__name__}")
         key = ("regex", spec)
     else:
         try:
@@ -166,7 +86,8 @@ def resolve_constraint(model: Any, *, grammar: Any = None, json_schema: Any = No
     if key is not None and key in per_model:
         per_model.move_to_end(key)
         return per_model[key]
-    constraint = _build(model, kind, spec, opts)
+    resolved = constraints.build(kind, spec, opts)
+    constraint = Constraint(resolved.compile(model.vocab), resolved.parse)
     if key is not None:
         per_model[key] = constraint
         while len(per_model) > _CACHE_SIZE:
@@ -174,29 +95,13 @@ def resolve_constraint(model: Any, *, grammar: Any = None, json_schema: Any = No
     return constraint
 
 
-def _build(model: Any, kind: str, spec: Any, opts: dict[str, Any]) -> Constraint:
-    from halter.grammar import Grammar
-    from halter.schemas import regex_to_gbnf
-
-    parse: Callable[[str], Any] = lambda text: text  # noqa: E731
-    if kind == "grammar":
-        g = Grammar.from_gbnf(spec) if isinstance(spec, str) else spec
-    elif kind == "regex":
-        g = Grammar.from_gbnf(regex_to_gbnf(spec))
-    else:
-        if kind == "output_type":          # a Python type's JSON has only its own fields
-            spec, parse = _type_parser(spec)      # ... and Pydantic parses it
-            opts = {"closed_objects": True, "target": "pydantic", **opts}
-        else:
-            parse = _json_parser(spec)
-        g = Grammar.from_json_schema(spec, **opts)
-    return Constraint(g.compile(model.vocab), parse)
-
-
 # -- prompts and samplers ------------------------------------------------------------------------
 
-def _prompt_args(model: Any, prompt: Any, chat_template: str | None) -> tuple[Any, dict[str, Any]]:
-    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template."""
+def _prompt_args(model: Any, prompt: Any, chat_template: str | None, tools: Any = None,
+                 template_kwargs: Mapping[str, Any] | None = None,
+                 **template_vars: Any) -> tuple[Any, dict[str, Any]]:
+    """(prompt for the engine, tokenizer keywords): chat messages are rendered with the template
+    (``tools``, ``template_kwargs`` and ``template_vars`` are passed to it)."""
     if isinstance(prompt, str):
         return prompt, {}
     if is_chat_prompt(prompt):
@@ -205,7 +110,8 @@ def _prompt_args(model: Any, prompt: Any, chat_template: str | None) -> tuple[An
             if vocab.token_bytes[i] else vocab.token_texts[i]  # noqa: E731
         bos, eos = text_of(vocab.bos_id), text_of(vocab.eos_id)
         template = chat_template if chat_template is not None else chat_template_of(model)
-        text = render_chat(template, prompt, bos_token=bos, eos_token=eos)
+        text = render_chat(template, prompt, bos_token=bos, eos_token=eos, tools=tools,
+                           **{**dict(template_kwargs or {}), **template_vars})
         return text, {"parse_special": True, "add_bos": None if not bos or not text.startswith(bos) else False}
     if isinstance(prompt, (list, tuple, np.ndarray)) and all(isinstance(t, (int, np.integer)) for t in prompt):
         return [int(t) for t in prompt], {}
@@ -254,11 +160,14 @@ def generate(model: Any, prompt: Any, *, grammar: Any = None, json_schema: Any =
              regex: str | None = None, output_type: Any = None, response_format: Any = None,
              max_tokens: int = 256, stop: str | Sequence[str] = (), sampling: Any = None,
              grammar_first: bool = False, stream: bool = False, chat_template: str | None = None,
-             schema_options: Mapping[str, Any] | None = None,
+             schema_options: Mapping[str, Any] | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
+             chat_template_kwargs: Mapping[str, Any] | None = None,
              **sampling_kwargs: Any) -> Completion | CompletionStream:
     """Generate a continuation of ``prompt`` that obeys at most one constraint.
 
-    ``prompt``: text, token ids, or chat messages (rendered with the model's chat template).
+    ``prompt``: text, token ids, or chat messages (rendered with the model's chat template, as
+    ``transformers``' ``apply_chat_template`` renders it, with ``tools`` and the template keyword
+    arguments ``chat_template_kwargs`` such as ``{"enable_thinking": False}``).
     Sampling: ``sampling=SamplingParams(...)`` and/or its fields as keywords (``temperature``,
     ``top_k``, ``top_p``, ``min_p``, ``seed``, ...). Returns a ``Completion``; with
     ``stream=True`` a ``CompletionStream`` of text pieces whose ``completion`` is set at the end.
@@ -266,7 +175,7 @@ def generate(model: Any, prompt: Any, *, grammar: Any = None, json_schema: Any =
     constraint = resolve_constraint(model, grammar=grammar, json_schema=json_schema, regex=regex,
                                     output_type=output_type, response_format=response_format,
                                     schema_options=schema_options)
-    engine_prompt, tok_kwargs = _prompt_args(model, prompt, chat_template)
+    engine_prompt, tok_kwargs = _prompt_args(model, prompt, chat_template, tools, chat_template_kwargs)
     chain = _chain(model, _params(sampling, sampling_kwargs))
     from halter.engine.generation import generate as engine_generate
 
@@ -291,6 +200,8 @@ def generate_batch(model: Any, prompts: Sequence[Any], *, grammar: Any = None, j
                    max_tokens: int = 256, stop: str | Sequence[str] = (), sampling: Any = None,
                    grammar_first: bool = False, seed: int | Sequence[int] | None = None,
                    chat_template: str | None = None, schema_options: Mapping[str, Any] | None = None,
+                   tools: Sequence[Mapping[str, Any]] | None = None,
+                   chat_template_kwargs: Mapping[str, Any] | None = None,
                    **sampling_kwargs: Any) -> list[Completion]:
     """Generate for several prompts at once, decoding them together in the model's KV cache.
 
@@ -311,7 +222,7 @@ def generate_batch(model: Any, prompts: Sequence[Any], *, grammar: Any = None, j
     constraints, requests = [], []
     for i, p in enumerate(prompts):
         c = resolve_constraint(model, schema_options=schema_options, **{k: per[k][i] for k in _CONSTRAINTS})
-        engine_prompt, kw = _prompt_args(model, p, chat_template)
+        engine_prompt, kw = _prompt_args(model, p, chat_template, tools, chat_template_kwargs)
         chain = _chain(model, params if seeds[i] is None else params.replace(seed=seeds[i]))
         constraints.append(c)
         requests.append(Request(engine_prompt, max_tokens=max_tokens, sampler=chain, grammar=c.compiled,

@@ -4,7 +4,7 @@ On disk, everything lives under one directory, ``$HALTER_CACHE_DIR`` (default ``
 parsed grammars, token tries, compiled tables, fetched models. The directory is bounded in bytes
 (``$HALTER_CACHE_MB``, default 4096) and in files (``$HALTER_CACHE_FILES``, default 20,000); when a
 write takes it past either bound, the least recently used files are deleted (a read counts as a
-use). Writes are atomic (a temporary file renamed into place), so two processes may share the
+use) — except downloaded models (``models/``, see ``halter.fetch``), which only ``clear`` deletes. Writes are atomic (a temporary file renamed into place), so two processes may share the
 directory; a file that is corrupt, truncated or not written by halter is ignored and rebuilt.
 Pickled files carry an HMAC of their bytes under a key kept in the directory (``secret.key``,
 created on first use, readable by its owner only): a pickle whose HMAC does not verify is never
@@ -32,6 +32,7 @@ DEFAULT_MB = 4096
 DEFAULT_FILES = 20_000
 _MAGIC = b"HALTER-PICKLE-1\n"
 _SECRET = "secret.key"
+MODELS_SUBDIR = "models"      # downloaded models (halter.fetch): cleared, never evicted
 
 
 def directory() -> Path:
@@ -225,7 +226,8 @@ def _files() -> list[tuple[float, int, Path]]:
 
 def evict(keep: Path | None = None) -> int:
     """Delete least recently used files until the directory is within its bounds; how many went."""
-    files = _files()
+    models = directory() / MODELS_SUBDIR
+    files = [f for f in _files() if models not in f[2].parents]
     total = sum(size for _, size, _ in files)
     limit_b, limit_n = max_bytes(), max_files()
     if total <= limit_b and len(files) <= limit_n:

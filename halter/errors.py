@@ -63,6 +63,18 @@ class ModelLoadError(HalterError, OSError):
         return self.args[0] if self.args else self.message
 
 
+class FetchError(HalterError, OSError):
+    """A model that could not be downloaded or failed its checksum.
+
+    ``network`` is True when the cause is that the server could not be reached (no network,
+    DNS failure, timeout): callers such as the demo fall back to a local model then.
+    """
+
+    def __init__(self, message: str, *, network: bool = False) -> None:
+        self.network = network
+        super().__init__(message)
+
+
 class IncompleteOutputError(HalterError):
     """The output is not a complete match (e.g. max_tokens ran out before the grammar could end)."""
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+import sys
+import threading
+from typing import Any, Callable, TypeVar
 
 from halter.errors import LimitError
 
@@ -21,6 +23,25 @@ class Limits:
     #: Nesting depth of groups, repetitions and rule references in a grammar, and of
     #: subschemas in a JSON Schema.
     nesting_depth: int = 1000
+
+    #: Values of one JSON Schema ``enum`` (each becomes part of the grammar).
+    enum_values: int = 100_000
+
+    #: String lengths and item/property counts a JSON Schema bound may name (``minLength``,
+    #: ``maxItems``, ...). A larger upper bound counts as no bound; a larger lower bound is an error.
+    length_bound: int = 1_000_000
+
+    #: Nesting of arrays inside GGUF metadata arrays.
+    gguf_metadata_depth: int = 16
+
+    #: Dimensions of one GGUF tensor (ggml has at most 4).
+    tensor_dims: int = 4
+
+    #: Transformer blocks (``<arch>.block_count``) a GGUF model may declare; checked before any
+    #: per-layer structure is made.
+    model_layers: int = 4096
+    #: Bytes of one HTTP request body accepted by ``halter serve`` (larger bodies get 413).
+    request_body_bytes: int = 16 * 1024 * 1024
 
 
 LIMITS = Limits()
@@ -52,6 +73,77 @@ def check(name: str, value: int, where: str = "", what: str = "") -> None:
     maximum = getattr(LIMITS, name)
     if value > maximum:
         raise LimitError(name, value, maximum, where=where, what=what)
+
+
+def nesting_of(value: Any) -> int:
+    """The nesting depth of JSON data (lists and dicts), measured without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    return deepest
+
+
+_T = TypeVar("_T")
+_DEEP_STACK = 256 * 1024 * 1024           # bytes of stack for a deep call's thread (reserved, touched lazily)
+_DEEP_RECURSION = 30_000                  # Python frames a deep call may use
+_deep_lock = threading.Lock()
+_deep_active = threading.local()
+
+
+def deep_call(fn: Callable[..., _T], *args: Any, where: str = "", **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)`` with room for the recursion that input within the limits needs.
+
+    Recursive algorithms over nested input (JSON Schema walks, jsonschema's metaschema check,
+    grammar automata) run in a thread with a large stack and a raised recursion limit, so input
+    within ``nesting_depth`` cannot exhaust Python's stack; should it still run out (a structure
+    deep in another way, such as a very long ``$ref`` chain), the ``RecursionError`` becomes a
+    ``LimitError`` naming ``nesting_depth``. Nested deep calls run in place.
+    """
+    if getattr(_deep_active, "on", False):
+        return _limited(fn, args, kwargs, where)
+    import contextvars
+    context = contextvars.copy_context()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        _deep_active.on = True
+        try:
+            box["value"] = context.run(_limited, fn, args, kwargs, where)
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread as is
+            box["error"] = err
+
+    with _deep_lock:
+        old_size = threading.stack_size()
+        try:
+            threading.stack_size(_DEEP_STACK)
+            worker = threading.Thread(target=target, name="halter-deep-call", daemon=True)
+        finally:
+            threading.stack_size(old_size)
+        old_limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION))
+        try:
+            worker.start()
+            worker.join()
+        finally:
+            sys.setrecursionlimit(old_limit)
+    if "error" in box:
+        err = box.pop("error")
+        raise err.with_traceback(err.__traceback__)
+    return box["value"]
+
+
+def _limited(fn: Callable[..., _T], args: tuple, kwargs: dict, where: str) -> _T:
+    try:
+        return fn(*args, **kwargs)
+    except RecursionError:
+        raise LimitError("nesting_depth", "more", LIMITS.nesting_depth, where=where,
+                         what="input nested or chained too deeply to process") from None
 
 
 _from_environment()

@@ -25,6 +25,8 @@ def bench_module(name: str):
     path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    import sys
+    sys.modules.setdefault(name, module)       # (dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module
 

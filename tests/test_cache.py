@@ -37,6 +37,8 @@ def _grammar(i: int) -> halter.Grammar:
 def test_info_counts_files_bytes_and_memos(cache_dir):
     assert cache.info()["files"] == 0
     cg = _grammar(1).compile(_vocab())
+    cg.matcher().allowed_mask()                 # builds the tables of the start's positions
+    assert cg.store()                           # ... which go to the cache
     info = cache.info()
     assert info["directory"] == str(cache_dir)
     assert set(info["kinds"]) >= {"grammars", "tables", "tries"}
@@ -49,7 +51,9 @@ def test_info_counts_files_bytes_and_memos(cache_dir):
 
 
 def test_cli_cache_info_and_clear(cache_dir):
-    _grammar(2).compile(_vocab())
+    cg = _grammar(2).compile(_vocab())
+    cg.matcher().allowed_mask()
+    cg.store()
     env = dict(os.environ, HALTER_CACHE_DIR=str(cache_dir))
     out = subprocess.run([sys.executable, "-m", "halter", "cache", "info"], env=env,
                          capture_output=True, text=True, timeout=120)
@@ -98,6 +102,7 @@ def test_corrupt_table_and_trie_files_are_rebuilt(cache_dir):
     first = g.compile(v)
     ref = first.matcher()
     mask_ref = np.array(ref.allowed_mask()).copy() if hasattr(ref, "allowed_mask") else None
+    assert first.store()
     files = [p for p in cache_dir.rglob("*.npz")]
     assert {p.parent.name for p in files} == {"tables", "tries"}
     for p in files:
@@ -107,6 +112,7 @@ def test_corrupt_table_and_trie_files_are_rebuilt(cache_dir):
     assert not again.from_cache
     if mask_ref is not None:
         assert np.array_equal(np.array(again.matcher().allowed_mask()), mask_ref)
+    assert again.store()
     for p in files:                             # replaced by good files
         with np.load(p) as z:
             assert len(z.files) > 0

@@ -224,7 +224,9 @@ def test_a_failed_graph_capture_degrades_to_the_uncaptured_step(models: tuple[Mo
     assert _close(got, eager_logits)
 
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def cuda(test):
+    """Marked ``cuda`` (``pytest -m cuda``) and skipped without a CUDA device."""
+    return pytest.mark.cuda(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test))
 
 
 @cuda

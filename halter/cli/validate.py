@@ -24,8 +24,13 @@ def position_of(data: bytes, offset: int) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     from halter.grammar import Grammar
-    grammar = Grammar.from_gbnf(Path(args.grammar).read_text(encoding="utf-8"), root=args.root)
-    data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
+    from halter.cli.inputs import read_text
+    from halter.errors import HalterError
+    grammar = Grammar.from_gbnf(read_text(args.grammar, "grammar file"), root=args.root)
+    try:
+        data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
+    except OSError as err:
+        raise HalterError(f"cannot read input file {args.input!r}: {err.strerror or err}") from None
     matcher = grammar.matcher()
     fail = matcher.first_failure(data)
     if fail is None:

@@ -5,18 +5,47 @@ frozen dataclass; a missing or malformed key becomes a ``ModelLoadError`` naming
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from halter.errors import ModelLoadError
+from halter.limits import LIMITS
 
-# general.architecture -> (rope layout in the Q/K weights, whether Q/K/V carry biases).
-# llama.cpp's converter permutes llama Q/K rows so ggml's NORM rope (adjacent pairs) applies;
-# qwen2 keeps the Hugging Face layout, rotated with the NEOX (half-split) rope.
-ARCHITECTURES: dict[str, tuple[str, bool]] = {
-    "llama": ("norm", False),
-    "qwen2": ("neox", True),
+@dataclass(frozen=True)
+class ArchRules:
+    """What one ``general.architecture`` changes in the llama block.
+
+    ``rope``: llama.cpp's converter permutes llama Q/K rows so ggml's NORM rope (adjacent pairs)
+    applies; the others keep the Hugging Face layout, rotated with the NEOX (half-split) rope.
+    ``swa_every``: every ``swa_every``-th layer attends globally, the others over a sliding window
+    (``attention.sliding_window``); 0 means no sliding window. ``rope_base_swa``: the rope base of
+    the sliding layers (gemma3's local base) when the file does not give ``rope.freq_base_swa``.
+    """
+
+    rope: str
+    attn_bias: bool = False        # Q/K/V biases (qwen2)
+    qk_norm: bool = False          # RMSNorm of each query/key head before the rope (qwen3, gemma3)
+    post_norms: bool = False       # RMSNorm after attention and after the FFN (gemma2, gemma3)
+    act: str = "silu"              # gate activation: silu (SwiGLU) or gelu_tanh (GeGLU)
+    embed_scale: bool = False      # embeddings times sqrt(n_embd) (gemma)
+    swa_every: int = 0
+    softcaps: bool = False         # attention and final logit soft-capping (gemma2)
+    rope_base_swa: float = 0.0
+
+
+ARCHITECTURES: dict[str, ArchRules] = {
+    "llama": ArchRules("norm"),
+    "qwen2": ArchRules("neox", attn_bias=True),
+    "qwen3": ArchRules("neox", qk_norm=True),
+    "gemma2": ArchRules("neox", post_norms=True, act="gelu_tanh", embed_scale=True, swa_every=2,
+                        softcaps=True),
+    "gemma3": ArchRules("neox", qk_norm=True, post_norms=True, act="gelu_tanh", embed_scale=True,
+                        swa_every=6, rope_base_swa=10000.0),
 }
+# llama.cpp scales gemma queries by 1/sqrt(head_dim), except for the 27B models (recognised by
+# their layer count), which use 1/sqrt(n_embd / n_head): the files carry no key for it.
+_GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
 
 @dataclass(frozen=True)
@@ -38,6 +67,16 @@ class ModelConfig:
     rope_linear_scale: float  # positions are divided by this (llama.cpp rope.scaling.type=linear)
     attn_bias: bool
     n_ctx_train: int
+    qk_norm: bool = False
+    post_norms: bool = False
+    act: str = "silu"
+    embed_scale: float = 1.0          # embeddings are multiplied by this
+    attn_scale: float = 0.0           # query scale; 0 means 1/sqrt(head_dim)
+    attn_softcap: float = 0.0         # 0: off; else scores = cap * tanh(scores / cap)
+    final_softcap: float = 0.0
+    sliding_window: int = 0           # 0: every layer attends globally
+    swa_layers: tuple[bool, ...] = () # per layer: attends over the sliding window
+    rope_base_swa: float = 0.0        # rope base of the sliding layers; 0: same as rope_base
 
     @staticmethod
     def from_gguf_fields(get: Callable[[str], Any], n_vocab: int, path: Any = None) -> "ModelConfig":
@@ -46,11 +85,14 @@ class ModelConfig:
         if arch is None:
             raise ModelLoadError("not a model file (no architecture)", path=path,
                                  field="general.architecture")
+        if not isinstance(arch, str):
+            raise ModelLoadError(f"architecture must be a string, not {type(arch).__name__}", path=path,
+                                 field="general.architecture")
         if arch not in ARCHITECTURES:
             raise ModelLoadError(
                 f"unsupported architecture {arch!r} (supported: {', '.join(sorted(ARCHITECTURES))})",
                 path=path, field="general.architecture")
-        rope_type, attn_bias = ARCHITECTURES[arch]
+        rules = ARCHITECTURES[arch]
 
         def need(key: str) -> Any:
             value = get(f"{arch}.{key}")
@@ -65,7 +107,7 @@ class ModelConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise ModelLoadError(f"expected a number, found {value!r}", path=path,
                                      field=f"{arch}.{key}")
-            return kind(value)
+            return checked_number(value, kind, path, f"{arch}.{key}")
 
         n_embd = num("embedding_length")
         n_head = num("attention.head_count")
@@ -83,13 +125,52 @@ class ModelConfig:
         if rope_dim != head_dim:
             raise ModelLoadError(f"partial rotary embeddings ({rope_dim} of {head_dim}) are not supported",
                                  path=path, field=f"{arch}.rope.dimension_count")
-        return ModelConfig(
-            arch=arch, n_layer=num("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+        n_layer = num("block_count")
+        if not 1 <= n_layer <= LIMITS.model_layers:
+            raise ModelLoadError(f"{n_layer} blocks (1 to {LIMITS.model_layers} allowed; limit model_layers: "
+                                 "halter.limits.set(model_layers=...))", path=path, field=f"{arch}.block_count")
+        value_dim = num("attention.value_length", head_dim)
+        if value_dim != head_dim:
+            raise ModelLoadError(f"value heads of {value_dim} differ from key heads of {head_dim}",
+                                 path=path, field=f"{arch}.attention.value_length")
+        window, swa_layers = 0, ()
+        if rules.swa_every:
+            window = num("attention.sliding_window")
+            swa_layers = tuple((i + 1) % rules.swa_every != 0 for i in range(n_layer))
+        attn_scale = 0.0
+        if n_layer == _GEMMA_27B_LAYERS.get(arch):
+            attn_scale = (n_embd / n_head) ** -0.5
+        config = ModelConfig(
+            arch=arch, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
             head_dim=head_dim, n_ff=num("feed_forward_length"), n_vocab=n_vocab,
             norm_eps=num("attention.layer_norm_rms_epsilon", 1e-5, float),
-            rope_base=num("rope.freq_base", 10000.0, float), rope_dim=rope_dim, rope_type=rope_type,
-            rope_linear_scale=factor if factor > 0 else 1.0, attn_bias=attn_bias,
-            n_ctx_train=num("context_length", 4096))
+            rope_base=num("rope.freq_base", 10000.0, float), rope_dim=rope_dim, rope_type=rules.rope,
+            rope_linear_scale=factor if factor > 0 else 1.0, attn_bias=rules.attn_bias,
+            n_ctx_train=num("context_length", 4096), qk_norm=rules.qk_norm,
+            post_norms=rules.post_norms, act=rules.act,
+            embed_scale=float(n_embd) ** 0.5 if rules.embed_scale else 1.0, attn_scale=attn_scale,
+            attn_softcap=num("attn_logit_softcapping", 0.0, float) if rules.softcaps else 0.0,
+            final_softcap=num("final_logit_softcapping", 0.0, float) if rules.softcaps else 0.0,
+            sliding_window=window, swa_layers=swa_layers,
+            rope_base_swa=num("rope.freq_base_swa", rules.rope_base_swa or 0.0, float)
+            if rules.rope_base_swa else 0.0)
+        config.check_values(path)
+        return config
+
+    def check_values(self, path: Any = None) -> None:
+        """``ModelLoadError`` naming the field for a hyper-parameter no model can have."""
+        a = self.arch
+        for value, key in ((self.n_layer, "block_count"), (self.n_embd, "embedding_length"),
+                           (self.n_head, "attention.head_count"), (self.head_dim, "attention.key_length"),
+                           (self.n_ff, "feed_forward_length"), (self.n_ctx_train, "context_length")):
+            if value < 1:
+                raise ModelLoadError(f"must be at least 1, found {value}", path=path, field=f"{a}.{key}")
+        for value, key in ((self.norm_eps, "attention.layer_norm_rms_epsilon"), (self.rope_base, "rope.freq_base")):
+            if not value > 0:
+                raise ModelLoadError(f"must be a positive number, found {value}", path=path, field=f"{a}.{key}")
+        if self.head_dim % 2:
+            raise ModelLoadError(f"head dimension {self.head_dim} must be even for rotary embeddings",
+                                 path=path, field=f"{a}.attention.key_length")
 
     def expected_tensors(self) -> Mapping[str, tuple[int, ...]]:
         """GGUF tensor name -> torch shape for every tensor the model needs (output.weight optional)."""
@@ -107,4 +188,18 @@ class ModelConfig:
             if self.attn_bias:
                 shapes.update({b + "attn_q.bias": (q,), b + "attn_k.bias": (kv,),
                                b + "attn_v.bias": (kv,)})
+            if self.qk_norm:
+                shapes.update({b + "attn_q_norm.weight": (self.head_dim,),
+                               b + "attn_k_norm.weight": (self.head_dim,)})
+            if self.post_norms:
+                shapes.update({b + "post_attention_norm.weight": (e,), b + "post_ffw_norm.weight": (e,)})
         return shapes
+
+
+def checked_number(value: int | float, kind: type, path: Any, field: str) -> Any:
+    """``value`` as ``kind``; NaN, infinities and (for integers) fractions are a ``ModelLoadError``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ModelLoadError(f"expected a finite number, found {value}", path=path, field=field)
+    if kind is int and value != int(value):
+        raise ModelLoadError(f"expected an integer, found {value}", path=path, field=field)
+    return kind(value)

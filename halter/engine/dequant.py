@@ -148,6 +148,19 @@ _BLOCK_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+def dequantize_blocks(blocks: torch.Tensor, name: str) -> torch.Tensor:
+    """``uint8 [n, block_bytes]`` blocks of quantized type ``name`` -> ``float32 [n, block_len]``."""
+    return _BLOCK_FNS[name](blocks)
+
+
+# Byte offsets of the float16 scale fields (d, dmin) in each quantized type's block: the only
+# fields whose bits can encode NaN or infinity (every other field is an integer code).
+SCALE_FIELDS: dict[str, tuple[int, ...]] = {
+    "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
+    "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
+}
+
+
 def type_name(ggml_type: int) -> str:
     """The ggml type's name, e.g. ``"Q4_K"`` (gguf-py's name for types halter cannot decode)."""
     if ggml_type in GGML_TYPES:

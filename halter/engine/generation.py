@@ -62,6 +62,7 @@ class Request:
     parse_special: bool = False
     cfg_negative_prompt: str | Sequence[int] | None = None
     cfg_scale: float = 1.0
+    device_sampling: bool | None = None
 
 
 def generate(model: "Model", prompt: str | Sequence[int], *, max_tokens: int = 256,
@@ -69,8 +70,8 @@ def generate(model: "Model", prompt: str | Sequence[int], *, max_tokens: int = 2
              stop: str | Sequence[str] = (), seed: int | None = None, stream: bool = False,
              grammar_first: bool = False, n_keep: int = 0, add_bos: bool | None = None,
              parse_special: bool = False, cfg_negative_prompt: str | Sequence[int] | None = None,
-             cfg_scale: float = 1.0, seq_id: int = 0, **sampling_fields: Any
-             ) -> GenerationResult | Stream:
+             cfg_scale: float = 1.0, seq_id: int = 0, device_sampling: bool | None = None,
+             **sampling_fields: Any) -> GenerationResult | Stream:
     """Continue ``prompt`` (text, tokenized with BOS per the vocabulary, or token ids).
 
     ``sampler`` is any object with ``sample(logits) -> int`` and ``accept(token)`` (e.g. a
@@ -80,13 +81,16 @@ def generate(model: "Model", prompt: str | Sequence[int], *, max_tokens: int = 2
     with ``grammar_first=False`` the chain samples first and the grammar only resamples a rejected
     token, as llama.cpp does. ``n_keep`` prompt tokens (plus BOS; -1 = the whole prompt) survive
     context shifts. ``cfg_negative_prompt`` with ``cfg_scale != 1`` enables classifier-free
-    guidance in cache sequence ``seq_id + 1``. Returns a ``GenerationResult``, or with
-    ``stream=True`` a ``Stream`` of text pieces.
+    guidance in cache sequence ``seq_id + 1``. ``device_sampling`` (None: on CUDA when the chain
+    has a device version; True: required; False: the host chain) samples where the logits are
+    (``halter.engine.device_sampling``). Returns a ``GenerationResult``, or with ``stream=True`` a
+    ``Stream`` of text pieces.
     """
     req = Request(prompt, max_tokens=max_tokens, sampling=sampling, sampler=sampler, seed=seed,
                   sampling_fields=sampling_fields, grammar=grammar, grammar_first=grammar_first,
                   stop=stop, n_keep=n_keep, add_bos=add_bos, parse_special=parse_special,
-                  cfg_negative_prompt=cfg_negative_prompt, cfg_scale=cfg_scale)
+                  cfg_negative_prompt=cfg_negative_prompt, cfg_scale=cfg_scale,
+                  device_sampling=device_sampling)
     row = _Row.prepare(model, req)
     if seq_id < 0 or seq_id + len(row.prompts) > model.cache.n_seq:
         need = "classifier-free guidance needs cache sequence" if len(row.prompts) > 1 else "no cache sequence"
@@ -168,8 +172,8 @@ def _make_sampler(model: "Model", req: Request) -> Any:
 @functools.lru_cache(maxsize=32)
 def _grammar_from_text(text: str) -> Any:
     """The same ``Grammar`` for the same GBNF text, so that its compiled masks carry over between calls."""
-    from halter.grammar import Grammar
-    return Grammar.from_gbnf(text)
+    from halter.constraints import resolve
+    return resolve(grammar=text).grammar
 
 
 def _make_matcher(model: "Model", grammar: Any) -> Any:
@@ -203,6 +207,7 @@ class _Row:
     emitted: int = 0
     reason: str = "length"
     done: bool = False
+    device: Any = None                     # DeviceSampler when this row samples on the device
 
     @classmethod
     def prepare(cls, model: "Model", req: Request, where: str = "") -> "_Row":
@@ -237,9 +242,14 @@ class _Row:
         has_bos = bos is not None and prompts[0][0] == bos
         keep = [len(p) if req.n_keep < 0 else min(len(p), req.n_keep + (has_bos if i == 0 else 0))
                 for i, p in enumerate(prompts)]
+        from halter.engine.device_sampling import resolve
+        try:
+            device = resolve(req.device_sampling, model.device, sampler.chain, cfg=use_cfg)
+        except ValueError as exc:
+            raise ValueError(f"{exc}{where}") from None
         return cls(prompts, keep, sampler, [s.encode() for s in stops], req.max_tokens,
                    req.grammar_first, req.cfg_scale if use_cfg else None,
-                   timings=Timings(prompt_tokens=len(prompts[0])))
+                   timings=Timings(prompt_tokens=len(prompts[0])), device=device)
 
     @property
     def matcher(self) -> Any:
@@ -294,11 +304,15 @@ def _decode(model: "Model", rows: list[_Row]) -> Iterator[tuple[int, str]]:
                 bitmask[i].fill(-1)
                 r.matcher.fill_bitmask(bitmask[i])
                 r.timings.mask_ms += (time.perf_counter() - t) * 1e3
-        host = logits_dev.float().cpu().numpy()          # the one device -> host sync per step
+        # the one device -> host sync per step; rows sampled on the device bring back their id only
+        host = None if all(rows[i].device is not None for i in active) else logits_dev.float().cpu().numpy()
         where = {key: n for n, key in enumerate(order)}
         feed: list[tuple[int, int]] = []
         for i in active:
-            token = _sample(rows[i], host, where, i, bitmask, token_bytes)
+            if rows[i].device is not None:
+                token = _sample_device(rows[i], logits_dev[where[(i, 0)]], i, bitmask)
+            else:
+                token = _sample(rows[i], host, where, i, bitmask, token_bytes)
             if _advance(rows[i], token, eog, token_bytes, n_text):
                 feed.append((i, token))
         order, tokens, seqs = [], [], []
@@ -340,6 +354,25 @@ def _sample(r: _Row, host: np.ndarray, where: dict[tuple[int, int], int], i: int
     in_grammar = grammar.seconds if grammar is not None else 0.0
     try:
         token = int(r.sampler.sample(row, r.grammar_first, bitmask=mask))
+        r.sampler.accept(token)
+    except NoValidTokenError as exc:
+        raise NoValidTokenError(f"{exc}; after {len(r.tokens)} generated tokens: "
+                                f"{bytes(r.out)[-40:]!r}") from exc
+    grammar_ms = ((grammar.seconds - in_grammar) * 1e3) if grammar is not None else 0.0
+    r.timings.mask_ms += grammar_ms
+    r.timings.sample_ms += (time.perf_counter() - t) * 1e3 - grammar_ms
+    return token
+
+
+def _sample_device(r: _Row, logits: torch.Tensor, i: int, bitmask: np.ndarray | None) -> int:
+    """``_sample`` for a row whose chain runs on the logits' device."""
+    from halter.engine.device_sampling import sample_on_device
+    t = time.perf_counter()
+    grammar = r.sampler.grammar
+    in_grammar = grammar.seconds if grammar is not None else 0.0
+    mask = bitmask[i] if r.matcher is not None and bitmask is not None else None
+    try:
+        token = sample_on_device(r.device, logits, r.sampler, r.grammar_first, mask)
         r.sampler.accept(token)
     except NoValidTokenError as exc:
         raise NoValidTokenError(f"{exc}; after {len(r.tokens)} generated tokens: "

@@ -9,6 +9,7 @@ misshapen tensor) is a ``ModelLoadError`` naming the file and the field or tenso
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -22,7 +23,9 @@ import torch
 
 from halter.engine.config import ModelConfig
 from halter.engine.dequant import GGML_TYPES, dequantize, type_name
+from halter.engine.quant_tensor import QuantTensor, release_pages
 from halter.errors import ModelLoadError
+from halter.limits import LIMITS
 
 Progress = Union[bool, Callable[[int, int, str], None]]
 
@@ -63,8 +66,13 @@ def read_layout(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
     if magic != b"GGUF":
         raise ModelLoadError(f"not a GGUF file (starts with {magic!r}, expected b'GGUF')", path=path)
     meta = read_gguf_metadata(path, skip=_TOKENIZER_KEYS)
+    alignment = meta.get("general.alignment", 32)
+    if (not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0
+            or alignment & (alignment - 1) or alignment > 1 << 20):
+        raise ModelLoadError(f"alignment must be a power of two up to 2**20, not {alignment!r}", path=path,
+                             field="general.alignment")
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        return meta, _tensor_infos(buf, len(buf), path, int(meta.get("general.alignment", 32)))
+        return meta, _tensor_infos(buf, len(buf), path, alignment)
 
 
 def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int) -> dict[str, TensorInfo]:
@@ -74,7 +82,9 @@ def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int) -> dict[
         if pos + n > size:
             raise ModelLoadError("file is truncated", path=path, field=field)
 
-    def skip_value(pos: int, vtype: int) -> int:
+    def skip_value(pos: int, vtype: int, depth: int = 0) -> int:
+        if depth >= LIMITS.gguf_metadata_depth:      # (the metadata reader said so first)
+            raise ModelLoadError("metadata arrays nested too deep", path=path, field=field)
         if vtype == _STRING:
             need(pos, 8)
             return pos + 8 + _U64.unpack_from(buf, pos)[0]
@@ -88,7 +98,7 @@ def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int) -> dict[
         if etype in _SCALAR_SIZES:
             return pos + _SCALAR_SIZES[etype] * count
         for _ in range(count):
-            pos = skip_value(pos, etype)
+            pos = skip_value(pos, etype, depth + 1)
             if pos > size:
                 need(pos, 0)
         return pos
@@ -103,6 +113,9 @@ def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int) -> dict[
         field = bytes(buf[pos + 8:key_end]).decode("utf-8", errors="replace")
         pos = skip_value(key_end + 4, _U32.unpack_from(buf, key_end)[0])
         need(pos, 0)
+    if n_tensors * 24 > size - pos:                 # a tensor info needs at least 24 bytes
+        raise ModelLoadError(f"header claims {n_tensors} tensors, more than the file holds", path=path,
+                             field="header")
     raw = []
     for index in range(n_tensors):
         field = f"tensor info #{index}"
@@ -112,6 +125,9 @@ def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int) -> dict[
         name = bytes(buf[pos + 8:name_end]).decode("utf-8", errors="replace")
         n_dims = _U32.unpack_from(buf, name_end)[0]
         field = name
+        if not 1 <= n_dims <= LIMITS.tensor_dims:
+            raise ModelLoadError(f"tensor has {n_dims} dimensions (1 to {LIMITS.tensor_dims} allowed)",
+                                 path=path, field=name)
         need(name_end + 4, 8 * n_dims + 12)
         dims = struct.unpack_from(f"<{n_dims}Q", buf, name_end + 4)
         ttype, offset = struct.unpack_from("<IQ", buf, name_end + 4 + 8 * n_dims)
@@ -121,9 +137,13 @@ def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int) -> dict[
     infos = {}
     for name, shape, ttype, offset in raw:
         n_bytes = None
+        elements = math.prod(shape)                # Python integers: no overflow
+        if min(shape) < 1 or elements > size * 8 or data_start + offset > size:
+            raise ModelLoadError(f"tensor of shape {shape} at offset {offset} does not fit in a file of "
+                                 f"{size} bytes", path=path, field=name)
         if ttype in GGML_TYPES:
             _, block_len, block_bytes = GGML_TYPES[ttype]
-            n_bytes = int(np.prod(shape, dtype=np.int64)) // block_len * block_bytes
+            n_bytes = elements // block_len * block_bytes
         infos[name] = TensorInfo(name, shape, ttype, data_start + offset, n_bytes)
     return infos
 
@@ -146,18 +166,43 @@ def _report(progress: Progress, path: Any) -> Callable[[int, int, str], None]:
     return show
 
 
+def _quant_view(path: Any, info: TensorInfo, device: torch.device) -> QuantTensor:
+    """The tensor's raw blocks (file-backed view on the CPU), its scale fields checked for NaN/inf."""
+    q = QuantTensor.from_file(os.fspath(path), info.offset, info.type, info.shape)  # type: ignore[arg-type]
+    if not q.scales_finite():
+        raise ModelLoadError("tensor contains NaN or infinite scales", path=path, field=info.name)
+    if device.type == "cpu":
+        release_pages(q)
+        return q
+    return q.to(device)
+
+
 def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch.device,
-              progress: Progress = True) -> tuple[ModelConfig, dict[str, torch.Tensor], Any]:
+              progress: Progress = True, weights: str = "dequantize"
+              ) -> tuple[ModelConfig, dict[str, Any], Any]:
     """Config, ``{gguf tensor name: tensor}`` (dequantized to ``dtype`` on ``device``) and the metadata.
 
     ``rope_freqs.weight`` (llama 3 frequency factors) is kept in float32 when present; the
     returned dict has ``output.weight`` only when the file has one (else the output is tied).
+    With ``weights="packed"`` a quantized matrix is returned as a ``QuantTensor`` instead: on the
+    CPU a view of the memory-mapped file (nothing read but its scale fields, checked for NaN), on
+    another device its raw blocks copied there.
     """
+    if weights not in ("packed", "dequantize"):
+        raise ValueError(f"weights must be 'packed' or 'dequantize', not {weights!r}")
     meta, infos = read_layout(path)
     emb = infos.get("token_embd.weight")
     if emb is None:
         raise ModelLoadError("missing tensor", path=path, field="token_embd.weight")
+    if len(emb.shape) != 2:
+        raise ModelLoadError(f"the embedding must have 2 dimensions, not shape {emb.shape}", path=path,
+                             field="token_embd.weight")
     config = ModelConfig.from_gguf_fields(meta.get, n_vocab=int(emb.shape[0]), path=path)
+    # every block has tensors of its own: a block count the file cannot hold is refused before
+    # the expected tensors are even listed (a missing one is then named below)
+    if config.n_layer > len(infos):
+        raise ModelLoadError(f"block_count {config.n_layer} is more than the file's {len(infos)} tensors "
+                             "could hold", path=path, field=f"{config.arch}.block_count")
     wanted = dict(config.expected_tensors())
     optional = {"output.weight": (config.n_vocab, config.n_embd),
                 "rope_freqs.weight": (config.head_dim // 2,)}
@@ -185,6 +230,10 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
             raise ModelLoadError("file is truncated: tensor data runs past the end", path=path,
                                  field=name)
         target = torch.float32 if name == "rope_freqs.weight" else dtype
+        if weights == "packed" and len(shape) == 2 and GGML_TYPES[ttype][1] > 1:
+            tensors[name] = _quant_view(path, info, device)
+            show(done, total, name)
+            continue
         try:
             t = dequantize(data[info.offset:info.offset + info.n_bytes], ttype, shape, dtype=target, device=device)
         except ValueError as exc:

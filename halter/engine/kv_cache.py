@@ -29,6 +29,7 @@ class KVCache:
         self.pos_host = np.full((n_seq, n_ctx), -1, dtype=np.int64)   # mirror, never read back
         self.used = np.zeros(n_seq, dtype=np.int64)
         self.n_seq, self.n_ctx, self.rope = n_seq, n_ctx, rope
+        self.layer_ropes: list[Rope] | None = None   # per-layer ropes, when layers differ (gemma3)
 
     @property
     def nbytes(self) -> int:
@@ -125,9 +126,12 @@ class KVCache:
         if hit.size == 0:
             return
         idx = torch.as_tensor(hit, device=self.k.device)
-        cos, sin = self.rope.cos_sin(torch.tensor([delta], device=self.k.device))
-        keys = self.k[:, seq, :, idx]                      # [n_layer, n_head_kv, len(hit), head_dim]
-        self.k[:, seq, :, idx] = self.rope.apply(keys, cos, sin)
+        ropes = self.layer_ropes or [self.rope] * self.k.shape[0]
+        for rope in dict.fromkeys(ropes):                  # each distinct rope, over its layers
+            layers = torch.as_tensor([i for i, r in enumerate(ropes) if r is rope], device=self.k.device)
+            cos, sin = rope.cos_sin(torch.tensor([delta], device=self.k.device))
+            keys = self.k[layers[:, None], seq, :, idx]    # [n_layers, len(hit), n_head_kv, head_dim]
+            self.k[layers[:, None], seq, :, idx] = rope.apply(keys, cos, sin)
         self.pos_host[seq, hit] += delta
         self.pos[seq, :n] = torch.as_tensor(self.pos_host[seq, :n], device=self.pos.device)
         dropped = self.pos_host[seq, :n] < 0

@@ -9,8 +9,9 @@ decode steps go through ``halter.engine.static_decode`` in the static modes (``s
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +19,8 @@ import torch
 from halter.engine.config import ModelConfig
 from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
+from halter.engine.qlinear import QEmbedding, QLinear
+from halter.engine.quant_tensor import QuantTensor
 from halter.engine.rope import Rope
 from halter.engine.static_decode import StaticDecoder, resolve_mode
 from halter.engine.transformer import Transformer
@@ -39,24 +42,115 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
+def physical_cores() -> int:
+    """Physical CPU cores (distinct (package, core) pairs in ``/proc/cpuinfo``), else ``os.cpu_count()``."""
+    try:
+        cores, phys = set(), None
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    phys = value.strip()
+                elif key == "core id":
+                    cores.add((phys, value.strip()))
+        if cores:
+            return len(cores)
+    except OSError:
+        pass
+    return os.cpu_count() or 1
+
+
+def set_threads(n_threads: int | None) -> None:
+    """``torch.set_num_threads(n_threads)``; ``None``: at most the physical cores."""
+    if n_threads is None:
+        n = physical_cores()
+        if torch.get_num_threads() > n:
+            torch.set_num_threads(n)
+        return
+    if n_threads < 1:
+        raise ValueError(f"n_threads must be positive, not {n_threads}")
+    torch.set_num_threads(int(n_threads))
+
+
 _DTYPES = {"f32": torch.float32, "float32": torch.float32, "f16": torch.float16,
            "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 
 
-def _state_dict(c: ModelConfig, t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """GGUF tensor names -> ``Transformer`` parameter names, fusing Q/K/V into ``wqkv``."""
+def _fuse(parts: list[Any]) -> Any:
+    """Row-wise fusion: a tensor when all parts are tensors, else the list of ``QuantTensor`` parts."""
+    if all(isinstance(p, torch.Tensor) for p in parts):
+        return torch.cat(parts)
+    if all(isinstance(p, QuantTensor) for p in parts):
+        return list(parts)
+    dtype = next(p.dtype for p in parts if isinstance(p, torch.Tensor))
+    return torch.cat([p if isinstance(p, torch.Tensor) else p.dequantize(dtype).to(dtype) for p in parts])
+
+
+def _state_dict(c: ModelConfig, t: dict[str, Any]) -> dict[str, Any]:
+    """GGUF tensor names -> ``Transformer`` parameter names, fusing Q/K/V into ``wqkv``.
+
+    Quantized weights (``weights="packed"``) stay ``QuantTensor``s (a list of parts for ``wqkv``).
+    """
     sd = {"tok_embeddings.weight": t["token_embd.weight"], "norm.weight": t["output_norm.weight"],
           "output.weight": t.get("output.weight", t["token_embd.weight"])}
     for i in range(c.n_layer):
         b, p = f"blk.{i}.", f"layers.{i}."
-        sd[p + "attention.wqkv.weight"] = torch.cat([t[b + f"attn_{x}.weight"] for x in "qkv"])
+        sd[p + "attention.wqkv.weight"] = _fuse([t[b + f"attn_{x}.weight"] for x in "qkv"])
         if c.attn_bias:
             sd[p + "attention.wqkv.bias"] = torch.cat([t[b + f"attn_{x}.bias"] for x in "qkv"])
-        for ours, theirs in (("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
-                             ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
-                             ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")):
+        names = [("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
+                 ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
+                 ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")]
+        if c.qk_norm:
+            names += [("attention.q_norm", "attn_q_norm"), ("attention.k_norm", "attn_k_norm")]
+        if c.post_norms:
+            names += [("post_attention_norm", "post_attention_norm"), ("post_ffn_norm", "post_ffw_norm")]
+        for ours, theirs in names:
             sd[p + ours + ".weight"] = t[b + theirs + ".weight"]
     return sd
+
+
+@contextlib.contextmanager
+def _skip_init() -> Iterator[None]:
+    """No random initialisation while the module is built on ``meta`` (the file's tensors replace it).
+
+    On the meta device ``normal_`` runs through torch's Python references, which import the
+    compiler stack (sympy, dynamo: seconds) for values that are thrown away.
+    """
+    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_")
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    for n in names:
+        setattr(torch.nn.init, n, lambda t, *a, **k: t)
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
+
+
+def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
+                       device: torch.device) -> dict[str, Any]:
+    """Swap the linear layers and embeddings whose weights are quantized for ``QLinear``/``QEmbedding``.
+
+    Returns what is left of ``sd`` for ``load_state_dict``.
+    """
+    rest = dict(sd)
+    for key, value in sd.items():
+        if not (isinstance(value, QuantTensor) or isinstance(value, list)):
+            continue
+        path = key[:-len(".weight")]
+        parent_path, _, attr = path.rpartition(".")
+        parent = net.get_submodule(parent_path) if parent_path else net
+        old = getattr(parent, attr)
+        del rest[key]
+        if isinstance(old, torch.nn.Embedding):
+            new: torch.nn.Module = QEmbedding(value, dtype=dtype, device=device)
+        else:
+            bias = rest.pop(path + ".bias", None)
+            new = QLinear(value if isinstance(value, list) else [value], bias, dtype=dtype, device=device)
+        setattr(parent, attr, new)
+    return rest
 
 
 class Model:
@@ -76,15 +170,22 @@ class Model:
     def load(cls, path: str | os.PathLike[str], device: str | torch.device | None = None,
              dtype: str | torch.dtype | None = None, n_ctx: int | None = None, *,
              n_batch: int = 512, n_seq_max: int = 2, progress: Progress = True,
-             decode: str = "auto") -> "Model":
-        """Load ``path`` (GGUF, llama or qwen2 architecture) for inference.
+             decode: str = "auto", weights: str = "packed", n_threads: int | None = None) -> "Model":
+        """Load ``path`` (a GGUF file, or ``hf://OWNER/REPO/FILE.gguf``) for inference.
+
+        An ``hf://`` path is downloaded into halter's model cache first (``halter.fetch.pull``;
+        needs ``huggingface_hub``), or taken from the cache when it is there.
 
         ``device`` defaults to CUDA when available; ``dtype`` to bf16/fp16 on CUDA and fp32 on the
         CPU (also accepts "f32", "f16", "bf16"). ``n_ctx`` (default: the training context, at most
         4096) is the cache length per sequence; ``n_seq_max`` sequences can be cached at once
         (two by default, for classifier-free guidance). ``progress``: True prints to stderr,
         False is quiet, a callable gets ``(tensors_done, tensors_total, name)``. ``decode`` is the
-        decode-step mode (see ``set_decode``).
+        decode-step mode (see ``set_decode``). ``weights="packed"`` (default) keeps quantized
+        matrices quantized in memory (``halter.engine.qlinear``); ``"dequantize"`` decodes every
+        tensor to ``dtype`` at load (more memory; the reference the packed path is tested against).
+        ``n_threads`` sets torch's CPU threads (``torch.set_num_threads``, process-wide); by
+        default the physical cores when torch uses more threads than that.
         """
         dev = default_device() if device is None else torch.device(device)
         if isinstance(dtype, str):
@@ -95,23 +196,33 @@ class Model:
         resolve_mode(decode, dev)                 # a bad mode fails before the file is read
         if n_batch < 1 or n_seq_max < 1:
             raise ValueError(f"n_batch ({n_batch}) and n_seq_max ({n_seq_max}) must be positive")
-        config, tensors, _ = load_gguf(path, dtype=dt, device=dev, progress=progress)
+        if weights not in ("packed", "dequantize"):
+            raise ValueError(f"weights must be 'packed' or 'dequantize', not {weights!r}")
+        set_threads(n_threads)
+        from halter.fetch import resolve_model_path
+        path = resolve_model_path(path, progress=bool(progress))
+        config, tensors, _ = load_gguf(path, dtype=dt, device=dev, progress=progress, weights=weights)
         n_ctx = min(config.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be positive, not {n_ctx}")
-        with torch.device("meta"):
+        with torch.device("meta"), _skip_init():
             net = Transformer(config)
         try:
-            net.load_state_dict(_state_dict(config, tensors), assign=True, strict=True)
+            rest = _install_quantized(net, _state_dict(config, tensors), dt, dev)
+            net.load_state_dict(rest, assign=True, strict=True)
         except RuntimeError as exc:
             raise ModelLoadError(f"tensors do not fit the model ({exc})", path=path) from exc
         net.eval().requires_grad_(False)
         rope = Rope(config.head_dim, config.rope_base, config.rope_type,
                     linear_scale=config.rope_linear_scale,
                     freq_factors=tensors.get("rope_freqs.weight"), device=dev)
+        if config.rope_base_swa:      # gemma3: sliding layers rotate with their own base, unscaled
+            net.rope_swa = Rope(config.head_dim, config.rope_base_swa, config.rope_type, device=dev)
         cache = KVCache(n_layer=config.n_layer, n_seq=n_seq_max, n_ctx=n_ctx,
                         n_head_kv=config.n_head_kv, head_dim=config.head_dim, rope=rope,
                         dtype=dt, device=dev)
+        if net.rope_swa is not None:
+            cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
     def set_decode(self, mode: str = "auto", *, backend: Any = None, min_span: int = 256) -> None:
@@ -132,11 +243,12 @@ class Model:
     # -- properties ---------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        return self.net.tok_embeddings.weight.device
+        return self.cache.k.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.net.tok_embeddings.weight.dtype
+        """The compute dtype (activations, cache, dequantized weights)."""
+        return self.cache.k.dtype
 
     @property
     def n_ctx(self) -> int:
@@ -228,8 +340,20 @@ class Model:
             self.cache.clear(0)
 
     def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> "GenerationResult | Stream":
-        """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``."""
+        """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``.
+
+        The constraint is ``grammar=`` or one of ``json_schema=``, ``regex=``, ``output_type=``,
+        ``response_format=`` (with ``schema_options=``), resolved as ``halter.generate`` does
+        (``halter.constraints``); the result is the engine's ``GenerationResult`` (text, tokens).
+        """
+        from halter.constraints import KINDS, resolve
         from halter.engine.generation import generate
+        given = {k: kwargs.pop(k) for k in KINDS if kwargs.get(k) is not None}
+        options = kwargs.pop("schema_options", None)
+        if given and not (set(given) == {"grammar"} and not isinstance(given["grammar"], str)):
+            kwargs["grammar"] = resolve(**given, schema_options=options).compile(self.vocab)
+        elif given:
+            kwargs["grammar"] = given["grammar"]
         return generate(self, prompt, **kwargs)
 
     def generate_batch(self, requests: "Sequence[Request]") -> "list[GenerationResult]":

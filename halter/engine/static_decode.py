@@ -74,20 +74,19 @@ def static_forward(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache:
     active = inputs[_ACTIVE].bool()
     pos_cache[rows, cells] = torch.where(active, positions, pos_cache[rows, cells])
     cached = pos_cache[:B, :span]                                              # [B, L]
-    mask = ((cached <= positions[:, None]) & (cached >= 0))[:, None, None, :]  # [B, 1, 1, L]
-    cos, sin = rope.cos_sin(positions[:, None])
-    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)                              # [B, 1, 1, D/2]
+    inputs = net.layer_inputs(positions[:, None], cached, rope)   # cos, sin [B, 1, 1, D/2]; mask [B, 1, 1, L]
     keep = active[:, None, None]
-    x = net.tok_embeddings(tokens[:, None])                                    # [B, 1, E]
+    x = net.embed(tokens[:, None])                                             # [B, 1, E]
     for layer in net.layers:
         attn = layer.attention
-        q, k, v = attn.project(layer.attention_norm(x), cos, sin, rope)
+        cos, sin, layer_rope, mask = inputs[attn.sliding]
+        q, k, v = attn.project(layer.attention_norm(x), cos, sin, layer_rope)
         kc, vc = k_cache[attn.layer], v_cache[attn.layer]                       # [S, Hkv, C, D]
         kc[rows, :, cells] = torch.where(keep, k[:, 0], kc[rows, :, cells])     # [B, Hkv, D]
         vc[rows, :, cells] = torch.where(keep, v[:, 0], vc[rows, :, cells])
-        h = x + attn.attend(q, kc[:B, :, :span], vc[:B, :, :span], mask)
-        x = h + layer.feed_forward(layer.ffn_norm(h))
-    out.copy_(net.output(net.norm(x))[:, 0].float())
+        h = x + layer.post_attention_norm(attn.attend(q, kc[:B, :, :span], vc[:B, :, :span], mask))
+        x = h + layer.post_ffn_norm(layer.feed_forward(layer.ffn_norm(h)))
+    out.copy_(net.head(x)[:, 0])
 
 
 class StaticStep:

@@ -1,9 +1,11 @@
 """Build tiny random-weight GGUF models: for tests, benchmarks and the no-download demo.
 
-``build_tiny_gguf`` writes a llama or qwen2 model with seeded random weights and a small
+``build_tiny_gguf`` writes a llama, qwen2, qwen3, gemma2 or gemma3 model with seeded random weights and a small
 byte-level BPE vocabulary (the 256 GPT-2 byte symbols, a few dozen merges of common English and
 JSON pairs, and BOS/EOS control tokens), in the layout llama.cpp's converter produces: llama Q/K
-rows permuted for the NORM rope, qwen2 with Q/K/V biases and tied output embeddings. Quantized
+rows permuted for the NORM rope, qwen2 with Q/K/V biases and tied output embeddings, qwen3 and
+gemma3 with Q/K head norms, gemma with post-attention/FFN norms, a sliding window (``sliding_window``,
+small by default so that it matters in short tests) and gemma2's soft-capping values. Quantized
 types use ``gguf.quants.quantize`` where it can (Q4_0..Q8_0, BF16) and halter's own Q4_K encoder.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ TINY_MERGES: tuple[tuple[str, str], ...] = (
     ("fals", "e"), ("n", "u"), ("nu", "l"), ("nul", "l"),
 )
 BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
+TINY_ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
 
 
 def gpt2_byte_symbols() -> list[str]:
@@ -138,23 +141,29 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
                     dtype: str = "F32", seed: int = 0, vocab: str | os.PathLike[str] = "bytes",
                     n_ctx_train: int = 2048,
                     rope_base: float = 10000.0, tied_output: bool | None = None,
-                    add_bos: bool = True) -> str:
-    """Write a random-weight ``arch`` model ("llama" or "qwen2") to ``path``; returns the path.
+                    add_bos: bool = True, head_dim: int | None = None, sliding_window: int = 8,
+                    rope_base_swa: float | None = None, rope_freqs: "np.ndarray | None" = None) -> str:
+    """Write a random-weight ``arch`` model (one of ``TINY_ARCHS``) to ``path``; returns the path.
 
     ``dtype`` is the type of the 2-D weights (norms stay F32). ``tied_output`` defaults to
     False for llama and True for qwen2 (no ``output.weight``: logits use the embedding).
     ``vocab`` is ``"bytes"`` (the tiny byte-level BPE vocabulary) or the path of a GGUF file whose
     ``tokenizer.*`` fields are copied as they are (a vocabulary-only file such as llama.cpp's
     ``ggml-vocab-*.gguf``): a random model with a real tokenizer, for benchmarks at real vocabulary
-    sizes. ``add_bos`` applies to the tiny vocabulary only.
+    sizes. ``add_bos`` applies to the tiny vocabulary only. ``head_dim`` (default
+    ``n_embd // n_head``) is written as ``attention.key_length`` when it differs; gemma files get
+    ``sliding_window`` and, when given, ``rope_base_swa`` (``rope.freq_base_swa``).
+    ``rope_freqs`` (``head_dim // 2`` values) is written as ``rope_freqs.weight``: the per-pair
+    frequency divisors by which llama.cpp's converter stores Llama 3.1's ``llama3`` rope scaling.
     """
     import gguf
 
-    if arch not in ("llama", "qwen2"):
-        raise ValueError(f"arch must be 'llama' or 'qwen2', not {arch!r}")
-    if n_embd % n_head or n_head % n_head_kv or (n_embd // n_head) % 2:
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"arch must be one of {', '.join(TINY_ARCHS)}, not {arch!r}")
+    if head_dim is None and (n_embd % n_head or (n_embd // n_head) % 2) or n_head % n_head_kv:
         raise ValueError("n_embd must split into n_head even-sized heads, n_head into n_head_kv groups")
-    tied = (arch == "qwen2") if tied_output is None else tied_output
+    tied = (arch != "llama") if tied_output is None else tied_output
+    gemma = arch.startswith("gemma")
     if vocab == "bytes":
         tokens, types, merges = tiny_vocab()
         tokenizer_fields = None
@@ -162,7 +171,8 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
     else:
         tokenizer_fields = _tokenizer_fields(vocab)
         n_vocab = len(tokenizer_fields["tokenizer.ggml.tokens"][0])
-    head_dim = n_embd // n_head
+    explicit_head_dim = head_dim is not None
+    head_dim = n_embd // n_head if head_dim is None else head_dim
     rng = np.random.default_rng(seed)
 
     def normal(*shape: int, std: float) -> np.ndarray:
@@ -180,6 +190,16 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
     w.add_layer_norm_rms_eps(1e-5)
     if arch == "llama":
         w.add_rope_dimension_count(head_dim)
+    if explicit_head_dim or gemma:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if gemma:
+        w.add_sliding_window(sliding_window)
+        if rope_base_swa is not None:
+            w.add_rope_freq_base_swa(rope_base_swa)
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(50.0)
+        w.add_final_logit_softcapping(30.0)
     w.add_vocab_size(n_vocab)
     w.add_file_type(0 if dtype == "F32" else 1 if dtype == "F16" else 7)
     if tokenizer_fields is None:
@@ -217,12 +237,20 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
             put(b + "attn_q.bias", normal(n_head * head_dim, std=0.1))
             put(b + "attn_k.bias", normal(n_head_kv * head_dim, std=0.1))
             put(b + "attn_v.bias", normal(n_head_kv * head_dim, std=0.1))
+        if arch in ("qwen3", "gemma3"):
+            put(b + "attn_q_norm.weight", 1.0 + normal(head_dim, std=0.1))
+            put(b + "attn_k_norm.weight", 1.0 + normal(head_dim, std=0.1))
         put(b + "attn_output.weight", normal(n_embd, n_head * head_dim, std=std))
         put(b + "ffn_norm.weight", 1.0 + normal(n_embd, std=0.1))
+        if gemma:
+            put(b + "post_attention_norm.weight", 1.0 + normal(n_embd, std=0.1))
+            put(b + "post_ffw_norm.weight", 1.0 + normal(n_embd, std=0.1))
         put(b + "ffn_gate.weight", normal(n_ff, n_embd, std=std))
         put(b + "ffn_up.weight", normal(n_ff, n_embd, std=std))
         put(b + "ffn_down.weight", normal(n_embd, n_ff, std=n_ff ** -0.5))
     put("output_norm.weight", 1.0 + normal(n_embd, std=0.1))
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
     if not tied:
         put("output.weight", normal(n_vocab, n_embd, std=std))
     w.write_header_to_file()

@@ -103,6 +103,8 @@ class Tokenizer:
         """Build from metadata already read with :func:`halter.grammar.vocab.read_gguf_metadata`."""
         vocab = Vocabulary.from_gguf_metadata(meta, path=path)
         merges = meta.get(_K.MERGES)
+        if merges is not None and not (isinstance(merges, list) and all(isinstance(m, bytes) for m in merges)):
+            raise ModelLoadError("merges must be an array of strings", path=path, field=_K.MERGES)
         pre = meta.get(_K.PRE)
         if vocab.model == "gpt2":
             if merges is None:

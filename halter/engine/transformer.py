@@ -1,5 +1,9 @@
 """The llama-family transformer in plain PyTorch: RMSNorm, rotary attention with GQA, SwiGLU.
 
+Architecture variants are switches of ``ModelConfig`` read here: Q/K head norms (qwen3, gemma3),
+norms after attention and the FFN, GeGLU and scaled embeddings (gemma), sliding-window layers with
+their own rope base (gemma2/3), attention and final logit soft-capping (gemma2).
+
 Written in the spirit of gpt-fast's ``model.py``: one small module per part, shapes noted where
 they matter. Attention reads keys and values from a ``KVCache`` (written first, then attended
 over with ``scaled_dot_product_attention`` and a mask built from the cache's positions), so a
@@ -39,6 +43,11 @@ class Attention(nn.Module):
         q, kv = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
         self.wqkv = nn.Linear(c.n_embd, q + 2 * kv, bias=c.attn_bias)
         self.wo = nn.Linear(q, c.n_embd, bias=False)
+        self.q_norm = RMSNorm(c.head_dim, c.norm_eps) if c.qk_norm else None
+        self.k_norm = RMSNorm(c.head_dim, c.norm_eps) if c.qk_norm else None
+        self.scale = c.attn_scale or c.head_dim ** -0.5
+        self.softcap = c.attn_softcap
+        self.sliding = bool(c.swa_layers and c.swa_layers[layer])
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -46,16 +55,21 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
         q, k, v = self.wqkv(x).split([q_dim, kv_dim, kv_dim], dim=-1)
-        q = rope.apply(q.view(B, T, self.n_head, self.head_dim), cos, sin)
-        k = rope.apply(k.view(B, T, self.n_head_kv, self.head_dim), cos, sin)
+        q, k = q.view(B, T, self.n_head, self.head_dim), k.view(B, T, self.n_head_kv, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
         return q, k, v.view(B, T, self.n_head_kv, self.head_dim)
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                mask: torch.Tensor) -> torch.Tensor:
         """Output projection of ``q [B, T, H, D]`` attending over ``keys/values [B, Hkv, L, D]``."""
         B, T = q.shape[:2]
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
-                                           enable_gqa=self.n_head != self.n_head_kv)
+        if self.softcap:
+            y = _softcapped_attention(q.transpose(1, 2), keys, values, mask, self.scale, self.softcap)
+        else:
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
+                                               scale=self.scale, enable_gqa=self.n_head != self.n_head_kv)
         return self.wo(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
@@ -69,6 +83,18 @@ class Attention(nn.Module):
         return self.attend(q, keys, values, mask)
 
 
+def _softcapped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                          scale: float, cap: float) -> torch.Tensor:
+    """Attention with ``cap * tanh(scores / cap)`` before the mask (gemma2); ``q [B, H, T, D]``."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    scores = (q.float() @ k.float().transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / cap) * cap
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v.float()).to(q.dtype)
+
+
 def _rows(cache: torch.Tensor, rows: torch.Tensor | slice, n_attend: int) -> torch.Tensor:
     """The first ``n_attend`` cells of the given cache rows: a view for a slice, else a gather."""
     if isinstance(rows, slice):
@@ -77,16 +103,18 @@ def _rows(cache: torch.Tensor, rows: torch.Tensor | slice, n_attend: int) -> tor
 
 
 class FeedForward(nn.Module):
-    """SwiGLU: ``w2(silu(w1 x) * w3 x)`` (w1 = gate, w3 = up, w2 = down)."""
+    """SwiGLU: ``w2(silu(w1 x) * w3 x)`` (w1 = gate, w3 = up, w2 = down); GeGLU with gelu_tanh."""
 
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
         self.w1 = nn.Linear(c.n_embd, c.n_ff, bias=False)
         self.w3 = nn.Linear(c.n_embd, c.n_ff, bias=False)
         self.w2 = nn.Linear(c.n_ff, c.n_embd, bias=False)
+        self.gelu = c.act == "gelu_tanh"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gate = F.gelu(self.w1(x), approximate="tanh") if self.gelu else F.silu(self.w1(x))
+        return self.w2(gate * self.w3(x))
 
 
 class TransformerBlock(nn.Module):
@@ -96,10 +124,13 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(c, layer)
         self.ffn_norm = RMSNorm(c.n_embd, c.norm_eps)
         self.feed_forward = FeedForward(c)
+        # gemma: norms of the attention and FFN outputs, before the residual additions
+        self.post_attention_norm: nn.Module = RMSNorm(c.n_embd, c.norm_eps) if c.post_norms else nn.Identity()
+        self.post_ffn_norm: nn.Module = RMSNorm(c.n_embd, c.norm_eps) if c.post_norms else nn.Identity()
 
     def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), *attn_args)
-        return h + self.feed_forward(self.ffn_norm(h))
+        h = x + self.post_attention_norm(self.attention(self.attention_norm(x), *attn_args))
+        return h + self.post_ffn_norm(self.feed_forward(self.ffn_norm(h)))
 
 
 class Transformer(nn.Module):
@@ -112,6 +143,38 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleList(TransformerBlock(c, i) for i in range(c.n_layer))
         self.norm = RMSNorm(c.n_embd, c.norm_eps)
         self.output = nn.Linear(c.n_embd, c.n_vocab, bias=False)
+        self.rope_swa: Rope | None = None     # the sliding layers' rope, when it differs (gemma3)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token embeddings ``[B, T, E]`` (scaled by sqrt(n_embd) for gemma, in the model's dtype)."""
+        x = self.tok_embeddings(tokens)
+        scale = self.config.embed_scale
+        return x if scale == 1.0 else x * torch.tensor(scale, dtype=x.dtype)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm and output projection: float32 logits (soft-capped for gemma2)."""
+        logits = self.output(self.norm(x)).float()
+        cap = self.config.final_softcap
+        return logits if not cap else torch.tanh(logits / cap) * cap
+
+    def layer_inputs(self, pos: torch.Tensor, cached_pos: torch.Tensor, rope: Rope
+                     ) -> dict[bool, tuple[torch.Tensor, torch.Tensor, Rope, torch.Tensor]]:
+        """(cos, sin, rope, mask) for global (False) and sliding-window (True) layers.
+
+        ``pos [B, T]`` are the new tokens' positions, ``cached_pos [B, L]`` those of the cells
+        attended over (-1 when empty). Masks are ``[B, 1, T, L]``; a sliding layer also hides
+        keys ``sliding_window`` or more positions back, as llama.cpp and transformers do.
+        """
+        causal = (cached_pos[:, None, :] <= pos[:, :, None]) & (cached_pos[:, None, :] >= 0)
+        cos, sin = rope.cos_sin(pos)
+        out = {False: (cos.unsqueeze(2), sin.unsqueeze(2), rope, causal.unsqueeze(1))}
+        window = self.config.sliding_window
+        if window:
+            local = self.rope_swa or rope
+            cos_l, sin_l = (cos, sin) if local is rope else local.cos_sin(pos)
+            near = causal & (pos[:, :, None] - cached_pos[:, None, :] < window)
+            out[True] = (cos_l.unsqueeze(2), sin_l.unsqueeze(2), local, near.unsqueeze(1))
+        return out
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor,
                 cells: torch.Tensor, cache: KVCache, rope: Rope, n_attend: int,
@@ -125,13 +188,11 @@ class Transformer(nn.Module):
         """
         rows: torch.Tensor | slice = row_ids if row_span is None else slice(*row_span)
         cached_pos = _rows(cache.pos[:, None], rows, n_attend)[:, 0]               # [B, L]
-        mask = (cached_pos[:, None, :] <= pos[:, :, None]) & (cached_pos[:, None, :] >= 0)
-        mask = mask.unsqueeze(1)                                                    # [B, 1, T, L]
-        cos, sin = rope.cos_sin(pos)
-        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)                               # [B, T, 1, D/2]
-        x = self.tok_embeddings(tokens)
+        inputs = self.layer_inputs(pos, cached_pos, rope)    # cos, sin [B, T, 1, D/2]; mask [B, 1, T, L]
+        x = self.embed(tokens)
         for layer in self.layers:
-            x = layer(x, cos, sin, rope, cache, row_ids, rows, cells, mask, n_attend)
+            cos, sin, layer_rope, mask = inputs[layer.attention.sliding]
+            x = layer(x, cos, sin, layer_rope, cache, row_ids, rows, cells, mask, n_attend)
         if last_only:
             x = x[:, -1:]
-        return self.output(self.norm(x)).float()
+        return self.head(x)

@@ -265,12 +265,24 @@ def _trim(per_rule, names, root_id: int):
     """Drop calls to rules that can never complete and states that cannot reach the rule's end."""
     n = len(per_rule)
     productive = [False] * n
-    changed = True
-    while changed:
-        changed = False
-        for r in range(n):
-            if not productive[r] and _can_finish(per_rule[r], productive):
-                productive[r] = changed = True
+    callers: list[set[int]] = [set() for _ in range(n)]
+    for r, (_acc, _bn, cl, _tk) in enumerate(per_rule):
+        for row in cl:
+            for rr, _t in row:
+                callers[rr].add(r)
+    # a worklist: a rule is looked at again only when a rule it calls became productive
+    # (a pass over every rule until nothing changes is quadratic on a chain of rules)
+    pending, queued = list(range(n - 1, -1, -1)), [True] * n
+    while pending:
+        r = pending.pop()
+        queued[r] = False
+        if productive[r] or not _can_finish(per_rule[r], productive):
+            continue
+        productive[r] = True
+        for c in callers[r]:
+            if not productive[c] and not queued[c]:
+                queued[c] = True
+                pending.append(c)
     if not productive[root_id]:
         raise NeverMatches(f"the grammar can never match: rule '{names[root_id]}' has no finite "
                            f"derivation (check for recursion without a base case)", 1, 1)

@@ -1,9 +1,12 @@
-"""``CompiledGrammar``: a grammar's precomputed token tables for one vocabulary, with an on-disk cache.
+"""``CompiledGrammar``: a grammar's token tables for one vocabulary, built per position on first need.
 
-Compiling walks the token trie from every grammar position, 64 at a time, with the walks of a batch
-merged where they meet (see ``masks.walk_trie_batch``). The result depends only on
-the grammar and the vocabulary, so it is saved under ``$HALTER_CACHE_DIR`` (default
-``~/.cache/halter``) keyed by both, and the second compile of the same pair just loads arrays.
+Compiling resolves token references and finds the vocabulary's token trie; nothing is walked. The
+first time a parser state needs a grammar position's tables (the tokens that stay inside the
+position's rule, and the trie nodes where the rule ends mid-token), the trie is walked from that
+position and the result kept for the life of the compiled grammar, so a document pays for the
+positions it visits, not for every position of the grammar. The positions a state needs at once are
+walked together (see ``masks.walk_trie_batch``). ``precompute()`` builds every position's tables
+(``save`` writes what has been built; ``load`` reads it back).
 """
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ import numpy as np
 
 from halter import cache as halter_cache
 from halter.errors import GrammarError
+from halter.grammar import trie_kernel
 from halter.grammar.automaton import AUTOMATON_VERSION
 from halter.grammar.masks import (BATCH, TransitionTable, or_by_key, owner_bits, owners_to_rows, pack_bits,
-                                  walk_trie_batch)
+                                  sorted_unique, walk_trie_batch)
 from halter.grammar.parser_state import Node
 from halter.grammar.runtime_masks import MaskAssembler
 from halter.grammar.trie import TokenTrie
@@ -31,7 +35,7 @@ if TYPE_CHECKING:
     from halter.grammar.token_matcher import TokenMatcher
     from halter.grammar.vocab import Vocabulary
 
-CACHE_VERSION = f"tables-2/automaton-{AUTOMATON_VERSION}"
+CACHE_VERSION = f"tables-3/automaton-{AUTOMATON_VERSION}"
 
 
 def cache_dir() -> Path:
@@ -62,9 +66,16 @@ class CompiledGrammar:
         self.token_ref_ids, self.token_ref_bits = self._resolve_token_refs(a.token_refs, eog)
         self.trie = _trie_for(vocab, self.text_token)
         n_pos = a.n_positions
-        self.acc_bits = np.zeros((n_pos, self.n_words), dtype=np.uint32)
-        self.esc_start = np.zeros(n_pos + 1, dtype=np.int64)
-        self.esc_nodes = np.zeros(0, dtype=np.int64)
+        self.zeros = np.zeros(self.n_words, np.uint32)
+        self.zeros.flags.writeable = False
+        self._no_esc = np.zeros(0, dtype=np.int64)
+        # per position, once built: the tokens that stay inside its rule (packed), and the trie nodes
+        # (sorted) where its rule ends inside a token; positions that read no byte need no walk
+        self.pos_acc: list[np.ndarray | None] = [None if a.has_bytes[d] else self.zeros for d in range(n_pos)]
+        self.pos_esc: list[np.ndarray | None] = [None if a.has_bytes[d] else self._no_esc for d in range(n_pos)]
+        self.walk_seconds = 0.0                           # time spent building position tables
+        self.use_kernel = True            # the compiled walk where numba is installed (False: numpy)
+        self._kernel: trie_kernel.TrieKernel | None = None
         self._masks = MaskAssembler(self)
         self._mask_memo = self._masks.node_memo      # read by TokenMatcher.is_allowed
         self.compile_seconds = 0.0
@@ -93,44 +104,96 @@ class CompiledGrammar:
             bits.append(pack_bits(mask))
         return ids, bits
 
-    def _precompute(self, progress: bool | None) -> None:
-        """Walk the trie from every position (in batches that share the per-level work)."""
-        a, space, trie = self.space.a, self.space, self.trie
-        positions = [d for d in range(a.n_positions) if a.has_bytes[d]]
+    def ensure_positions(self, positions) -> None:
+        """Build the tables of those of ``positions`` not built yet (walked together, 64 at a time)."""
+        acc = self.pos_acc
+        missing = [d for d in positions if acc[d] is None]
+        if missing:
+            with self.space.lock:
+                self._build(sorted({d for d in missing if acc[d] is None}), None)
+
+    def precompute(self, progress: bool | None = None) -> None:
+        """Build every position's tables now (what compiling did before tables were built on need)."""
+        with self.space.lock:
+            self._build([d for d in range(len(self.pos_acc)) if self.pos_acc[d] is None], progress)
+
+    def _build(self, positions: list[int], progress: bool | None) -> None:
         t0 = time.perf_counter()
-        esc_pos, esc_nodes = [], []
-        batch = BATCH
+        kernel = self.kernel()
+        if kernel is not None:
+            opaque = self.space.opaque_node
+            for i, d in enumerate(positions):
+                self.pos_acc[d], self.pos_esc[d] = kernel.walk_position(opaque(d))
+                if progress and (i % 64 == 63 or i == len(positions) - 1):
+                    print(f"halter: building token tables for {self.vocab_size} tokens: "
+                          f"{i + 1}/{len(positions)} positions, {time.perf_counter() - t0:.1f}s",
+                          end="\n" if i == len(positions) - 1 else "\r", file=sys.stderr, flush=True)
+        else:
+            self._build_batches(positions, progress, t0)
+        self.walk_seconds += time.perf_counter() - t0
+
+    def kernel(self) -> "trie_kernel.TrieKernel | None":
+        """The compiled trie walk for this grammar and vocabulary (None: numba missing, or
+        ``use_kernel`` switched off, and the numpy walks run instead)."""
+        if self._kernel is None and self.use_kernel and trie_kernel.available():
+            self._kernel = trie_kernel.TrieKernel(self.trie, self.table)
+        return self._kernel if self.use_kernel else None
+
+    def _build_batches(self, positions: list[int], progress: bool | None, t0: float) -> None:
+        """The numpy walk: positions 64 at a time, equal (trie node, state) pairs merged."""
+        space, trie = self.space, self.trie
         n_bits = self.n_words * 32
-        for b0 in range(0, len(positions), batch):
-            chunk = positions[b0:b0 + batch]
+        for b0 in range(0, len(positions), BATCH):
+            chunk = positions[b0:b0 + BATCH]
             (rows, row_owners), (en, en_owners) = walk_trie_batch(self.table, trie, [space.opaque_node(d) for d in chunk])
             if len(rows) > 1:                 # a row reached in several states: one mask, ORed
                 pick, row_owners = or_by_key(rows, row_owners)
                 rows = rows[pick]
-            tok, which = trie.tokens_of_rows(rows)
-            by_token = np.zeros(n_bits, dtype=np.uint64)          # per token: the starts that read it
-            by_token[tok] = row_owners[which]
-            self.acc_bits[chunk] = owners_to_rows(by_token, len(chunk))
-            which_esc, owner = np.nonzero(owner_bits(en_owners, len(chunk)))
-            esc_pos.append(np.asarray(chunk, dtype=np.int64)[owner])
-            esc_nodes.append(en[which_esc])
+            if len(chunk) == 1:
+                bits = trie.rows_to_bits(rows) if len(rows) else self.zeros
+                per_pos = [bits]
+            else:
+                tok, which = trie.tokens_of_rows(rows)
+                by_token = np.zeros(n_bits, dtype=np.uint64)          # per token: the starts that read it
+                by_token[tok] = row_owners[which]
+                per_pos = list(owners_to_rows(by_token, len(chunk)))
+            owned = owner_bits(en_owners, len(chunk)) if len(en) else None
+            for j, d in enumerate(chunk):
+                self.pos_esc[d] = sorted_unique(en[owned[:, j]]) if owned is not None else self._no_esc
+                self.pos_acc[d] = per_pos[j]
             elapsed = time.perf_counter() - t0
-            done = b0 + batch >= len(positions)
+            done = b0 + BATCH >= len(positions)
             if progress or (progress is None and elapsed > 1.0):
-                print(f"halter: compiling grammar for {self.vocab_size} tokens: "
-                      f"{min(b0 + batch, len(positions))}/{len(positions)} positions, {elapsed:.1f}s",
+                print(f"halter: building token tables for {self.vocab_size} tokens: "
+                      f"{min(b0 + BATCH, len(positions))}/{len(positions)} positions, {elapsed:.1f}s",
                       end="\n" if done else "\r", file=sys.stderr, flush=True)
-        ep = np.concatenate(esc_pos) if esc_pos else np.zeros(0, dtype=np.int64)
-        en = np.concatenate(esc_nodes) if esc_nodes else np.zeros(0, dtype=np.int64)
-        order = np.lexsort((en, ep))                   # by position, then trie node; a node once each
-        ep, en = ep[order], en[order]
-        if len(ep):
-            first_of = np.ones(len(ep), dtype=bool)
-            first_of[1:] = (ep[1:] != ep[:-1]) | (en[1:] != en[:-1])
-            ep, en = ep[first_of], en[first_of]
-        self.esc_nodes = en
-        counts = np.bincount(ep, minlength=a.n_positions)
-        np.cumsum(counts, out=self.esc_start[1:])
+
+    @property
+    def n_built(self) -> int:
+        """How many positions that read bytes have their tables built."""
+        a = self.space.a
+        return sum(1 for d, x in enumerate(self.pos_acc) if x is not None and a.has_bytes[d])
+
+    # -- whole tables (built in full on first use: tests, ``halter compile``, saving) ---------
+    @property
+    def acc_bits(self) -> np.ndarray:
+        """Every position's accepted tokens as one ``(positions, words)`` array (builds them all)."""
+        self.precompute(False)
+        return np.stack(self.pos_acc) if self.pos_acc else np.zeros((0, self.n_words), np.uint32)
+
+    @property
+    def esc_start(self) -> np.ndarray:
+        """Offsets into ``esc_nodes`` per position (builds every position's tables)."""
+        self.precompute(False)
+        out = np.zeros(len(self.pos_esc) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in self.pos_esc], out=out[1:])
+        return out
+
+    @property
+    def esc_nodes(self) -> np.ndarray:
+        """Every position's escape points, concatenated (see ``esc_start``; builds them all)."""
+        self.precompute(False)
+        return np.concatenate(self.pos_esc) if self.pos_esc else self._no_esc
 
     # -- masks at run time -------------------------------------------------------------------
     def node_bits(self, node: Node) -> np.ndarray:
@@ -152,23 +215,46 @@ class CompiledGrammar:
         return h.hexdigest()[:32]
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the precomputed tables to ``path`` (a ``.npz`` file)."""
+        """Write the position tables built so far to ``path`` (a ``.npz`` file; no pickled objects)."""
+        with self.space.lock:
+            built = [d for d, x in enumerate(self.pos_acc) if x is not None and self.space.a.has_bytes[d]]
+            acc = (np.stack([self.pos_acc[d] for d in built]) if built
+                   else np.zeros((0, self.n_words), np.uint32))
+            esc = [self.pos_esc[d] for d in built]
+        start = np.zeros(len(built) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in esc], out=start[1:])
         tmp = Path(str(path) + f".tmp{os.getpid()}")
         with open(tmp, "wb") as f:
-            np.savez(f, acc_bits=self.acc_bits, esc_start=self.esc_start, esc_nodes=self.esc_nodes,
-                     key=np.array(self.cache_key()))
+            np.savez(f, positions=np.asarray(built, dtype=np.int64), acc_bits=acc, esc_start=start,
+                     esc_nodes=np.concatenate(esc) if esc else self._no_esc, key=np.array(self.cache_key()))
         os.replace(tmp, path)
 
     def _load_tables(self, path: str | os.PathLike) -> bool:
         try:
-            with np.load(path) as z:
-                if str(z["key"]) != self.cache_key() or z["acc_bits"].shape != self.acc_bits.shape:
+            with np.load(path) as z:              # allow_pickle stays False: arrays only
+                if str(z["key"]) != self.cache_key() or z["acc_bits"].shape[1:] != (self.n_words,):
                     return False
-                self.acc_bits, self.esc_start = z["acc_bits"], z["esc_start"]
-                self.esc_nodes = z["esc_nodes"]
+                built, acc = z["positions"].tolist(), z["acc_bits"]
+                start, nodes = z["esc_start"], z["esc_nodes"]
+            if len(acc) != len(built) or len(start) != len(built) + 1 or \
+                    any(not 0 <= d < len(self.pos_acc) for d in built):
+                return False
+            with self.space.lock:
+                for k, d in enumerate(built):
+                    self.pos_acc[d] = acc[k]
+                    self.pos_esc[d] = nodes[start[k]:start[k + 1]]
             return True
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):   # corrupt: rebuilt
             return False
+
+    def cache_path(self) -> Path:
+        """Where ``store()`` writes this grammar's tables in halter's cache."""
+        return halter_cache.path("tables", self.cache_key(), ".npz")
+
+    def store(self) -> bool:
+        """Write the tables built so far to halter's cache, where a later ``compile`` of the same
+        grammar for the same vocabulary (in any process) loads them; False if it cannot be written."""
+        return halter_cache.write_atomic(self.cache_path(), self.save)
 
     @classmethod
     def load(cls, path: str | os.PathLike, grammar: "Grammar", vocab: "Vocabulary") -> "CompiledGrammar":
@@ -180,8 +266,8 @@ class CompiledGrammar:
         return cg
 
     def __repr__(self) -> str:
-        return (f"<CompiledGrammar positions={self.space.a.n_positions} vocab={self.vocab_size} "
-                f"escapes={len(self.esc_nodes)} {'cached' if self.from_cache else 'fresh'} "
+        return (f"<CompiledGrammar positions={self.space.a.n_positions} built={self.n_built} "
+                f"vocab={self.vocab_size} {'loaded' if self.from_cache else 'fresh'} "
                 f"{self.compile_seconds * 1000:.0f}ms>")
 
 
@@ -205,6 +291,10 @@ def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
         halter_cache.write_atomic(path, trie.save)
     else:
         halter_cache.touch(path)
+    trie.tokens_of_rows(np.zeros(0, dtype=np.int64))    # the row -> tokens index, read by every table
+    if trie_kernel.available():
+        trie_kernel.flat_arrays(trie)
+    trie_kernel.warm()                 # once per process, with the vocabulary rather than a first mask
     return _TRIES.put(key, trie)
 
 
@@ -213,16 +303,17 @@ RESERVED_STATES = 8192     # room for new parser states met while decoding, allo
 
 def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True,
                     progress: bool | None = None) -> CompiledGrammar:
+    """Compile ``grammar`` for ``vocab``: resolve token references and find the token trie (built once
+    per vocabulary and cached on disk); position tables are built when first needed. With ``cache``,
+    tables an earlier ``store()`` wrote for the same grammar and vocabulary are loaded. ``progress``
+    is kept for callers of the eager design (``precompute`` takes it)."""
     t0 = time.perf_counter()
     cg = CompiledGrammar(grammar, vocab)
-    path = halter_cache.path("tables", cg.cache_key(), ".npz") if cache else None
-    if path is not None and path.exists() and cg._load_tables(path):
-        cg.from_cache = True
-        halter_cache.touch(path)
-    else:
-        cg._precompute(progress)
-        if path is not None:
-            halter_cache.write_atomic(path, cg.save)   # a read-only home must not break compiling
+    if cache:
+        path = cg.cache_path()
+        if path.exists() and cg._load_tables(path):
+            cg.from_cache = True
+            halter_cache.touch(path)
     cg.table.reserve(len(cg.space.nodes) * 2 + RESERVED_STATES)
     cg.compile_seconds = time.perf_counter() - t0
     return cg

@@ -15,6 +15,7 @@ import numpy as np
 from gguf import GGUF_MAGIC, GGUFValueType
 
 from halter.errors import ModelLoadError
+from halter.limits import LIMITS
 
 __all__ = ["read_gguf_metadata"]
 
@@ -73,7 +74,7 @@ def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> di
         pos += 8 + n
         return s
 
-    def read_value(vtype: int, keep: bool) -> Any:
+    def read_value(vtype: int, keep: bool, depth: int = 0) -> Any:
         nonlocal pos
         if vtype == GGUFValueType.STRING:
             s = read_str()
@@ -89,6 +90,10 @@ def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> di
             need(12)
             etype, count = struct.unpack_from("<IQ", buf, pos)
             pos += 12
+            smallest = 8 if etype == GGUFValueType.STRING else 12 if etype == GGUFValueType.ARRAY else 1
+            if count * smallest > size - pos:       # before any loop or allocation
+                raise ModelLoadError(f"array of {count} elements does not fit in the file", path=path,
+                                     field=field)
             if etype == GGUFValueType.STRING:
                 items: list[bytes] = []
                 append, unpack = items.append, _U64.unpack_from
@@ -112,10 +117,17 @@ def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> di
                     arr.flags.writeable = False
                 return arr
             if etype == GGUFValueType.ARRAY:
-                return [read_value(GGUFValueType.ARRAY, keep) for _ in range(count)]
+                if depth + 1 >= LIMITS.gguf_metadata_depth:
+                    raise ModelLoadError(f"metadata arrays nested more than {LIMITS.gguf_metadata_depth} deep "
+                                         "(limit gguf_metadata_depth: halter.limits.set(gguf_metadata_depth=...))",
+                                         path=path, field=field)
+                return [read_value(GGUFValueType.ARRAY, keep, depth + 1) for _ in range(count)]
             raise ModelLoadError(f"unknown GGUF array element type {etype}", path=path, field=field)
         raise ModelLoadError(f"unknown GGUF value type {vtype}", path=path, field=field)
 
+    if n_kv * 12 > size - pos:                      # a key needs at least its length and type
+        raise ModelLoadError(f"header claims {n_kv} metadata entries, more than the file holds",
+                             path=path, field="header")
     for index in range(n_kv):
         field = f"metadata key #{index}"
         key = read_str().decode("utf-8", errors="replace")

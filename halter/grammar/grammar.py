@@ -72,6 +72,11 @@ class Grammar:
         context-free) is enforced by a check that runs beside the grammar in both matchers and in
         token masks (``grammar.text_check``); ``str(grammar)``, plain GBNF, cannot carry it.
         """
+        from halter.limits import deep_call
+        return deep_call(cls._from_json_schema, schema, where="the JSON Schema", **options)
+
+    @classmethod
+    def _from_json_schema(cls, schema: Any, **options: Any) -> "Grammar":
         import copy
         import json
         import warnings
@@ -182,12 +187,16 @@ class Grammar:
             raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
                             "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
         if not cache:
-            return compile_grammar(self, vocab, cache=False, progress=progress)
+            with self._space.lock:
+                return compile_grammar(self, vocab, cache=False, progress=progress)
         per_vocab = self.__dict__.setdefault("_compiled", {})
         key = vocab.fingerprint()
         cg = per_vocab.get(key)
         if cg is None:
-            cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
+            with self._space.lock:               # threads compiling at once share one result
+                cg = per_vocab.get(key)
+                if cg is None:
+                    cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
         return cg
 
     # -- presentation ------------------------------------------------------------------------

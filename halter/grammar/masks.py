@@ -85,6 +85,12 @@ class TransitionTable:
             dead = self._dead[d] = np.asarray(self.space.a.byte_next[d]) < 0
         return dead
 
+    def next_positions(self) -> np.ndarray:
+        """``byte_next`` as an int32 array ``[position, class]`` (-1: no transition)."""
+        if self._next_pos is None:
+            self._next_pos = np.asarray(self.space.a.byte_next, dtype=np.int32)
+        return self._next_pos
+
     def step(self, states: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """Next state for each (state, class) pair, computing unknown transitions on the way.
 
@@ -99,9 +105,7 @@ class TransitionTable:
             pos = self.single_pos[us]
             single = pos >= 0
             if single.any():
-                if self._next_pos is None:
-                    self._next_pos = np.asarray(self.space.a.byte_next, dtype=np.int32)
-                target = self._next_pos[pos[single], uc[single]]      # >= 0: dead classes are filled
+                target = self.next_positions()[pos[single], uc[single]]      # >= 0: dead classes are filled
                 ids = self.opaque_ids[target]
                 for t in sorted_unique(target[ids < 0]).tolist():
                     node = self.space.opaque_node(t)

@@ -32,6 +32,7 @@ stack). Nodes are interned too, so a node is its own canonical key and transitio
 """
 from __future__ import annotations
 
+import threading
 from array import array
 
 from halter.grammar.automaton import RuleAutomata
@@ -85,6 +86,9 @@ class StateSpace(ContextTables):
     def __init__(self, automata: RuleAutomata, *, templates: bool = True,
                  template_budget: float | None = TEMPLATE_BUDGET) -> None:
         self.a = automata
+        # Every cache below (nodes, contexts, transitions, and the masks of compiled grammars built
+        # on this space) is filled under this lock; lookups of what is already known take none.
+        self.lock = threading.RLock()
         self._tpl_closures = self._tpl_made = 0   # closures built from opaque nodes, contexts they made
         self.template_budget = template_budget    # None: never switch to the walk (tests)
         self.templates = templates     # build closures from opaque nodes (False: always the Earley walk)
@@ -124,6 +128,10 @@ class StateSpace(ContextTables):
         of all positions that read bytes (the others are made when first needed), so a state met for
         the first time costs a few lookups per item instead of a walk of the grammar.
         """
+        with self.lock:
+            return self._closure(kernel)
+
+    def _closure(self, kernel) -> Node:
         a = self.a
         if len(kernel) == 1:
             d, c = kernel[0]
@@ -215,13 +223,21 @@ class StateSpace(ContextTables):
 
     def union(self, a: Node, b: Node) -> Node:
         """The state holding both ``a``'s and ``b``'s items (one per position, as every node does)."""
-        return self._make_node(self._merge(set(a.scan + b.scan)), self._merge(set(a.tok + b.tok)),
-                               a.accepting or b.accepting, a.escaped or b.escaped)
+        with self.lock:
+            return self._make_node(self._merge(set(a.scan + b.scan)), self._merge(set(a.tok + b.tok)),
+                                   a.accepting or b.accepting, a.escaped or b.escaped)
 
     # -- stepping ----------------------------------------------------------------------------
     def step_class(self, node: Node, cls: int) -> Node:
         """The node after reading one byte of class ``cls`` (memoised)."""
         nid = node.next[cls]
+        if nid >= 0:
+            return self.nodes[nid]
+        with self.lock:
+            return self._step_class(node, cls)
+
+    def _step_class(self, node: Node, cls: int) -> Node:
+        nid = node.next[cls]             # another thread may have made it meanwhile
         if nid >= 0:
             return self.nodes[nid]
         byte_next = self.a.byte_next
@@ -270,7 +286,10 @@ class StateSpace(ContextTables):
         """The node for ``position`` with an unknown caller: where per-position masks start."""
         node = self._opaque_nodes.get(position)
         if node is None:
-            node = self._opaque_nodes[position] = self.closure([(position, OPAQUE_ID)])
+            with self.lock:
+                node = self._opaque_nodes.get(position)
+                if node is None:
+                    node = self._opaque_nodes[position] = self.closure([(position, OPAQUE_ID)])
         return node
 
     def live_bytes(self, node: Node) -> list[int]:

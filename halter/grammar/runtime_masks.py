@@ -66,7 +66,6 @@ class MaskAssembler:
         self._tainted = False
         self._scratch: dict = {}                     # results of this mask not memoised for good
         self._narrow = NarrowWalker(cg.space, cg.trie)
-        self._has_escape: list[bool] | None = None
         self._row_tokens = None
 
     # -- entry point -------------------------------------------------------------------------
@@ -74,11 +73,16 @@ class MaskAssembler:
         """The packed mask (uint32 words) of tokens allowed from ``node``."""
         bits = self.node_memo.get(node.id)
         if bits is None:
-            self._tainted = False           # set by a cycle among suffixes: their parts are not memoised
-            try:
-                bits = self.node_memo[node.id] = self._shared(self._compute(node))
-            finally:
-                self._scratch.clear()
+            # one mask at a time per state space: ``_tainted``, ``_scratch`` and the in-progress sets
+            # belong to the mask being computed, and the walks fill shared tables
+            with self.space.lock:
+                bits = self.node_memo.get(node.id)
+                if bits is None:
+                    self._tainted = False       # set by a cycle among suffixes: their parts are not memoised
+                    try:
+                        bits = self.node_memo[node.id] = self._shared(self._compute(node))
+                    finally:
+                        self._scratch.clear()
         return bits
 
     def _shared(self, bits: np.ndarray) -> np.ndarray:
@@ -93,30 +97,31 @@ class MaskAssembler:
 
     def _compute(self, node: Node) -> np.ndarray:
         cg, a, zeros = self.cg, self.space.a, self.zeros
-        has_escape = self._has_escape
-        if has_escape is None:
-            has_escape = self._escape_positions()
         scan = node.scan
+        acc_of, esc_of = cg.pos_acc, cg.pos_esc
+        for d, _ in scan:
+            if acc_of[d] is None:                # a position met for the first time: build its tables
+                cg.ensure_positions([d for d, _ in scan])
+                break
         if len(scan) == 1:
-            out = cg.acc_bits[scan[0][0]].copy()
+            out = acc_of[scan[0][0]].copy()
         elif scan:
             ds = tuple(d for d, _ in scan)           # states that differ by their contexts alone share it
             acc = self._acc_memo.get(ds)
             if acc is None:
-                rows = cg.acc_bits
                 if len(ds) <= 4:                     # a few rows: ORs in place beat a gather and reduce
-                    acc = rows[ds[0]] | rows[ds[1]]
+                    acc = acc_of[ds[0]] | acc_of[ds[1]]
                     for d in ds[2:]:
-                        np.bitwise_or(acc, rows[d], out=acc)
+                        np.bitwise_or(acc, acc_of[d], out=acc)
                 else:
-                    acc = np.bitwise_or.reduce(rows[list(ds)], axis=0)
+                    acc = np.bitwise_or.reduce([acc_of[d] for d in ds], axis=0)
                 self._acc_memo[ds] = acc
             out = acc.copy()
         else:
             out = zeros.copy()
         ctx_returns = self.space.ctx_returns
         for d, ctx in scan:
-            if has_escape[d] and ctx_returns[ctx]:
+            if len(esc_of[d]) and ctx_returns[ctx]:
                 bits = self._escape_bits(d, ctx)
                 if bits is not zeros:
                     np.bitwise_or(out, bits, out=out)
@@ -126,12 +131,6 @@ class MaskAssembler:
         if node.accepting:
             np.bitwise_or(out, cg.eog_bits, out=out)
         return out
-
-    def _escape_positions(self) -> list[bool]:
-        """Per position: can its rule end within a token (so its callers' continuation matters)?"""
-        cg = self.cg
-        self._has_escape = (cg.esc_start[1:] > cg.esc_start[:-1]).tolist()
-        return self._has_escape
 
     # -- escapes -----------------------------------------------------------------------------
     def _escape_bits(self, d: int, ctx: int) -> np.ndarray:
@@ -250,8 +249,12 @@ class MaskAssembler:
                 rows, esc = self._narrow.walk(start, node_list, want_escapes=True)
             else:
                 live = self._narrow.live_bytes(start)
-                rows, esc = walk_subtrees(cg.table, cg.trie, start, nodes, want_escapes=True,
-                                          first_bytes=live if len(live) < 64 else None)
+                first = live if len(live) < 64 else None
+                got = cg.kernel().walk_below(start, nodes, first) if cg.kernel() is not None else None
+                if got is not None:
+                    hit = self._walk_memo[key] = (self._shared(got[0]), self._intern(got[1]))
+                    return hit
+                rows, esc = walk_subtrees(cg.table, cg.trie, start, nodes, want_escapes=True, first_bytes=first)
             hit = self._walk_memo[key] = (self._bits_of_rows(rows), self._intern(esc))
         return hit
 
@@ -304,6 +307,5 @@ class MaskAssembler:
     def _position_set(self, d: int) -> int:
         n_id = self._position_sets.get(d)
         if n_id is None:
-            cg = self.cg
-            n_id = self._position_sets[d] = self._intern(cg.esc_nodes[cg.esc_start[d]:cg.esc_start[d + 1]])
+            n_id = self._position_sets[d] = self._intern(self.cg.pos_esc[d])
         return n_id

@@ -1,7 +1,8 @@
 """A Hugging Face ``transformers`` ``LogitsProcessor`` that constrains generation with halter grammars.
 
-``GrammarLogitsProcessor(compiled)`` (one grammar for every row) or ``GrammarLogitsProcessor([cg1,
-cg2, ...])`` (one per batch row) goes into ``model.generate(..., logits_processor=[proc])``. Each
+``GrammarLogitsProcessor(compiled)`` (one grammar for every row), ``GrammarLogitsProcessor([cg1,
+cg2, ...])`` (one per batch row) or ``GrammarLogitsProcessor.from_constraint(vocab, regex=...)``
+(any constraint ``halter.generate`` takes, resolved the same way) goes into ``model.generate(..., logits_processor=[proc])``. Each
 call advances every row's matcher by the token appended since the last call, then masks the
 scores. A call whose input is not the previous input plus one token (a new prompt) resets the matchers;
 any other mismatch (batch size changed, a token the grammar rejects) raises instead of silently
@@ -45,6 +46,19 @@ class GrammarLogitsProcessor:
         self._last: torch.Tensor | None = None
         self._finished: list[bool] = []
         self._eog = np.array(sorted(grammars[0].vocab.eog_ids), dtype=np.int64)
+
+    @classmethod
+    def from_constraint(cls, vocab: Any, *, grammar: Any = None, json_schema: Any = None, regex: Any = None,
+                        output_type: Any = None, response_format: Any = None,
+                        schema_options: Any = None, vocab_size: int | None = None) -> "GrammarLogitsProcessor":
+        """A processor for one constraint (as ``halter.generate`` takes it), compiled for ``vocab``
+        (a ``halter.Vocabulary``, e.g. ``Vocabulary.from_token_bytes`` or ``from_gguf``)."""
+        from halter.constraints import resolve
+        resolved = resolve(grammar, json_schema, regex, output_type, response_format, schema_options)
+        if resolved.grammar is None and resolved.compiled is None:
+            raise TypeError("from_constraint needs one of grammar=, json_schema=, regex=, output_type=, "
+                            "response_format=")
+        return cls(resolved.compile(vocab), vocab_size=vocab_size)
 
     def reset(self, batch_size: int) -> None:
         """Start every row afresh (called automatically on a new prompt)."""

@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from halter.sampling.cmath import expf, sum_f32
+from halter.sampling.llama_sort import sort_order
+
 _ARANGE_CACHE: dict[int, np.ndarray] = {}
 
 
@@ -125,30 +128,27 @@ class Candidates:
     def sort_desc(self, k: int | None = None) -> None:
         """Sort by descending logit, keeping only the top ``k`` (all when ``None``).
 
-        Ties keep their current relative order (llama.cpp's ``std::partial_sort`` leaves tie
-        order unspecified; halter makes it deterministic).
+        The order is the one llama.cpp's ``llama_token_data_array_partial_sort_inplace`` leaves,
+        equal logits included (``halter.sampling.llama_sort``).
         """
         n = self.size
-        if k is None or k >= n:
-            order = np.argsort(-self.logits, kind="stable")
-        else:
-            neg = -self.logits
-            top = np.argpartition(neg, k - 1)[:k]
-            top.sort()
-            order = top[np.argsort(neg[top], kind="stable")]
+        order = sort_order(self.logits, n if k is None else min(k, n))
         self.take(order)
         self.sorted = True
 
     def softmax(self, do_sort: bool) -> None:
-        """``llama_sampler_softmax_impl``: fill ``p`` from the current logits (optionally sorting)."""
+        """``llama_sampler_softmax_impl``: fill ``p`` from the current logits (optionally sorting).
+
+        float32 throughout as llama.cpp: glibc's ``expf``, a left-to-right float sum, one division.
+        """
         if self.size == 0:
             raise ValueError("softmax of an empty candidates array")
         if do_sort and not self.sorted:
             self.sort_desc()
         max_l = self.logits[0] if self.sorted else self.logits.max()
-        p = np.exp(self.logits - max_l)
-        p /= p.sum(dtype=np.float32)
-        self.p = p.astype(np.float32, copy=False)
+        p = expf(self.logits - max_l)
+        p /= sum_f32(p)
+        self.p = p
 
     def positions_of(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions of ``tokens`` in ``ids`` as ``(token_index, position)`` pairs.

@@ -6,9 +6,9 @@ order top-k -> top-p -> min-p -> temperature -> dist (or greedy when ``temperatu
 short candidate list) are produced; nothing is copied to the host unless the caller does it.
 The draw follows llama.cpp's backend ``dist``: the first candidate whose running probability
 reaches a uniform number ``u``, with ``u`` from a seeded ``std::mt19937`` per row (``rng="llama"``:
-the same stream as the numpy chain; it reads the ``[B]`` kept-candidate counts back, because
-llama.cpp draws nothing when one candidate is left, and sends ``[B]`` doubles to the device) or from
-a torch generator on the device (``rng="torch"``: no host round trip at all).
+the same stream as the numpy chain, one draw per row and step, as llama.cpp's ``dist`` draws even
+when one candidate is left; it sends ``[B]`` doubles to the device) or from a torch generator on
+the device (``rng="torch"``).
 """
 from __future__ import annotations
 
@@ -94,11 +94,8 @@ class DeviceSampler:
             return torch.rand(batch, generator=self._generator, device=device, dtype=torch.float64)
         while len(self._streams) < batch:
             self._streams.append(Mt19937((self.seed + len(self._streams)) & 0xFFFFFFFF))
-        # llama.cpp's dist draws nothing when one candidate is left: reading the [B] counts back is
-        # the one small host sync the llama-compatible stream costs (rng="torch" has none)
-        kept = n_kept.tolist()
-        u = np.array([s.uniform_double() if kept[b] > 1 else 0.5 for b, s in enumerate(self._streams[:batch])],
-                     dtype=np.float64)
+        # llama.cpp's dist draws once per step whatever is left, so nothing is read back
+        u = np.array([s.uniform_double() for s in self._streams[:batch]], dtype=np.float64)
         return torch.from_numpy(u).to(device, non_blocking=True)
 
     def reset(self) -> None:

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Iterable, Sequence
 
+import math
+
 import numpy as np
 
 from halter.sampling.base import Sampler
 from halter.sampling.candidates import Candidates
+from halter.sampling.cmath import logf
 
 _F32 = np.float32
 MAX_CHAR_LEN = 40
@@ -92,8 +95,9 @@ def _add(table: dict[int, list[tuple[int, ...]]], head: int, tail: tuple[int, ..
 class Dry(Sampler):
     """The DRY repetition penalty (``llama_sampler_init_dry``).
 
-    Disabled when ``multiplier == 0``, ``base < 1`` or ``penalty_last_n == 0``;
-    ``penalty_last_n == -1`` means the whole context (``n_ctx_train``). Breakers are given as
+    Disabled when ``multiplier == 0``, ``base < 1`` or ``penalty_last_n <= 0`` (a negative window
+    is 0, as ``llama_sampler_init_dry`` clamps it; ``SamplingParams`` resolves its ``-1`` = "the
+    whole context" before building this sampler). Breakers are given as
     strings (needs ``vocab``: the token pieces, str or bytes, and optionally ``tokenize``) or
     directly as token sequences with ``breaker_tokens``.
     """
@@ -108,8 +112,8 @@ class Dry(Sampler):
         self.multiplier = float(multiplier)
         self.base = float(base)
         self.allowed_length = int(allowed_length)
-        self.penalty_last_n = int(penalty_last_n)
-        self.n_ctx_train = n_ctx_train
+        self.penalty_last_n = max(int(penalty_last_n), 0)
+        self.n_ctx_train = n_ctx_train      # kept for callers; the window is penalty_last_n
         self.seq_breakers = tuple(seq_breakers)
         self.breakers: dict[int, list[tuple[int, ...]]] = {}
         if self.enabled:
@@ -130,10 +134,8 @@ class Dry(Sampler):
     def enabled(self) -> bool:
         return _F32(self.multiplier) != 0.0 and _F32(self.base) >= 1.0 and self.penalty_last_n != 0
 
-    def _effective_last_n(self) -> int | None:
-        if self.penalty_last_n == -1:
-            return self.n_ctx_train  # None: unbounded
-        return max(self.penalty_last_n, 0)
+    def _effective_last_n(self) -> int:
+        return self.penalty_last_n
 
     def accept(self, token: int) -> None:
         if self.enabled:
@@ -144,12 +146,7 @@ class Dry(Sampler):
 
     def _max_repeats(self) -> dict[int, int] | None:
         """Longest repeat each next token would extend; None when DRY has nothing to look at."""
-        eff = self._effective_last_n()
-        n = len(self._last)
-        if eff is not None:
-            n = min(n, eff)
-        if self.n_ctx_train is not None:
-            n = min(n, self.n_ctx_train)
+        n = min(len(self._last), self.penalty_last_n)
         if n <= self.allowed_length:
             return None
         hist = list(self._last)[-n:]
@@ -213,11 +210,14 @@ class Dry(Sampler):
         tokens = [t for t in best if () not in self.breakers.get(t, [])]
         if tokens:
             base = _F32(self.base)
-            max_exp = int(_F32(_FLOAT_MAX_LOG) / _F32(np.log(base))) if base > _F32(1.000001) else 0
-            exps = np.array([best[t] - self.allowed_length for t in tokens], dtype=np.int64)
+            # max_exponent = FLOAT_MAX_LOG / std::log(base) in float; penalty = multiplier *
+            # std::pow(base, exp) in double, rounded to float
+            max_exp = int(_F32(_F32(_FLOAT_MAX_LOG) / _F32(logf(base)))) if base > _F32(1.000001) else 0
+            exps = [best[t] - self.allowed_length for t in tokens]
             if max_exp > 0:
-                exps = np.minimum(exps, max_exp)
-            penalty = (_F32(self.multiplier) * np.power(base, exps.astype(np.float32))).astype(np.float32)
+                exps = [min(e, max_exp) for e in exps]
+            penalty = np.array([float(_F32(self.multiplier)) * math.pow(float(base), e) for e in exps],
+                               dtype=np.float64).astype(np.float32)
             tok_idx, pos = c.positions_of(np.array(tokens, dtype=np.int64))
             if pos.size:
                 c.logits[pos] -= penalty[tok_idx]

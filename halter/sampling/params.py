@@ -20,6 +20,7 @@ from halter.sampling.selectors import Dist, Greedy, Mirostat, MirostatV2
 from halter.sampling.temperature import TempExt, Temperature
 from halter.sampling.truncation import MinP, TopK, TopNSigma, TopP, Typical, Xtc
 
+_WHOLE_CONTEXT = 2**31 - 1
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 
 # canonical names and aliases as common/sampling.cpp accepts them
@@ -122,7 +123,7 @@ class SamplingParams:
     dry_multiplier: float = 0.0
     dry_base: float = 1.75
     dry_allowed_length: int = 2
-    dry_penalty_last_n: int = -1
+    dry_penalty_last_n: int = 64
     dry_sequence_breakers: tuple[str, ...] = ("\n", ":", '"', "*")
     xtc_probability: float = 0.0
     xtc_threshold: float = 0.1
@@ -192,7 +193,9 @@ class SamplingParams:
                          Mirostat(n_vocab, seed, self.mirostat_tau, self.mirostat_eta, 100)]
         else:
             samplers += [Temperature(self.temperature), MirostatV2(seed, self.mirostat_tau, self.mirostat_eta)]
-        return SamplerChain(samplers, seed=seed)
+        chain = SamplerChain(samplers, seed=seed)
+        chain.params = self.replace(seed=seed)     # type: ignore[attr-defined]  # what built it (device sampling)
+        return chain
 
     def _make(self, name: str, n_vocab: int, seed: int, vocab: Any, n_ctx_train: int | None,
               tokenize: Any) -> Sampler:
@@ -201,7 +204,10 @@ class SamplingParams:
         if name == "penalties":
             return Penalties(self.repeat_last_n, self.repeat_penalty, self.frequency_penalty, self.presence_penalty)
         if name == "dry":
-            return Dry(self.dry_multiplier, self.dry_base, self.dry_allowed_length, self.dry_penalty_last_n,
+            last_n = self.dry_penalty_last_n
+            if last_n == -1:    # the whole context, as llama.cpp's common layer used to resolve it
+                last_n = n_ctx_train if n_ctx_train else _WHOLE_CONTEXT
+            return Dry(self.dry_multiplier, self.dry_base, self.dry_allowed_length, last_n,
                        self.dry_sequence_breakers, vocab=vocab, n_ctx_train=n_ctx_train, tokenize=tokenize)
         if name == "top_n_sigma":
             return TopNSigma(self.top_n_sigma)

@@ -45,11 +45,26 @@ class LogitBias(Sampler):
         self.biases = np.array(values, dtype=np.float32)
 
     def apply(self, c: Candidates) -> None:
+        """As ``llama_sampler_logit_bias_apply``: every bias of a token still at its own index is
+        added there; a token that moved gets only the first bias listed for it, wherever it is."""
         if self.tokens.size == 0:
             return
-        tok_idx, pos = c.positions_of(self.tokens)
-        if pos.size:
-            np.add.at(c.logits, pos, self.biases[tok_idx])
+        n = c.size
+        tok = self.tokens
+        direct = np.zeros(tok.shape, dtype=bool)
+        inside = tok < n
+        direct[inside] = c.ids[tok[inside]] == tok[inside]
+        if direct.any():
+            np.add.at(c.logits, tok[direct], self.biases[direct])
+        if direct.all():
+            return
+        first: dict[int, np.float32] = {}
+        for t, b in zip(tok[~direct].tolist(), self.biases[~direct]):
+            first.setdefault(t, b)
+        wanted = np.fromiter(first.keys(), dtype=np.int64, count=len(first))
+        hit = np.flatnonzero(np.isin(c.ids, wanted))
+        if hit.size:
+            c.logits[hit] += np.array([first[int(i)] for i in c.ids[hit]], dtype=np.float32)
 
     def clone(self) -> "LogitBias":
         return LogitBias(self.n_vocab, list(zip(self.tokens.tolist(), self.biases.tolist())))

@@ -13,6 +13,7 @@ import numpy as np
 
 from halter.sampling.base import Sampler
 from halter.sampling.candidates import Candidates
+from halter.sampling.cmath import expf, log2f, logf, powf
 from halter.sampling.rng import LLAMA_DEFAULT_SEED, Mt19937
 from halter.sampling.truncation import top_k_impl
 
@@ -52,16 +53,19 @@ class Dist(Sampler):
             return
         c.selected = 0
         if n == 1:
+            self._rng.uniform_double()      # llama.cpp draws once here too (kept in step with its GPU path)
             c.p[0] = 1.0
             return
         max_l = c.logits[0] if c.sorted else c.logits.max()
-        p = np.exp(c.logits - max_l)
+        p = expf(c.logits - max_l)
         run = np.cumsum(p, dtype=np.float64)
         total = float(run[-1])
         target = total * self._rng.uniform_double()
-        idx = int(np.searchsorted(run, target, side="left"))
-        c.selected = idx if idx < n else n - 1
-        c.p = (p / total).astype(np.float32)
+        # the first running sum that reaches the target; none (a NaN sum, from a -inf first logit
+        # of a sorted array) falls back to the last candidate, as llama.cpp does
+        hit = np.flatnonzero(run >= target)
+        c.selected = int(hit[0]) if hit.size else n - 1
+        c.p = (p.astype(np.float64) / total).astype(np.float32)
 
     def reset(self) -> None:
         self._rng.reseed()
@@ -104,22 +108,19 @@ class Mirostat(Sampler):
     def apply(self, c: Candidates) -> None:
         c.softmax(do_sort=True)
         p = c.p
-        n_terms = min(self.m - 1, c.size - 1)
-        if n_terms > 0:
-            i = np.arange(n_terms, dtype=np.float32)
-            t_i = np.log((i + _F32(2)) / (i + _F32(1)))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                b_i = np.log(p[:n_terms] / p[1:n_terms + 1])
-            sum_ti_bi = _F32(np.cumsum(t_i * b_i, dtype=np.float32)[-1])
-            sum_ti_sq = _F32(np.cumsum(t_i * t_i, dtype=np.float32)[-1])
-        else:
-            sum_ti_bi = sum_ti_sq = _F32(0)
+        n_terms = min(self.m - 1, c.size - 1) if self.m >= 1 else c.size - 1
+        sum_ti_bi = sum_ti_sq = _F32(0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            s_hat = _F32(sum_ti_bi / sum_ti_sq) if sum_ti_sq != 0 else _F32(np.nan)
+            for i in range(max(n_terms, 0)):
+                t_i = _F32(logf(_F32(i + 2) / _F32(i + 1)))
+                b_i = _F32(logf(p[i] / p[i + 1]))
+                sum_ti_bi = _F32(sum_ti_bi + _F32(t_i * b_i))
+                sum_ti_sq = _F32(sum_ti_sq + _F32(t_i * t_i))
+            s_hat = _F32(sum_ti_bi / sum_ti_sq)
             eps = _F32(s_hat - _F32(1))
-            num = _F32(eps * _F32(math.pow(2.0, float(_F32(self.mu)))))
-            den = _F32(_F32(1) - _F32(np.power(np.float32(self.n_vocab), -eps)))
-            k = float(np.power(_F32(num / den), _F32(_F32(1) / s_hat)))
+            num = _F32(eps * _F32(powf(2.0, self.mu)))
+            den = _F32(_F32(1) - _F32(powf(_F32(self.n_vocab), -eps)))
+            k = powf(_F32(num / den), _F32(_F32(1) / s_hat))
         top_k_impl(c, max(_to_int_like_c(k), 1))
         c.softmax(do_sort=True)
         idx = self._rng.discrete(c.p)
@@ -127,10 +128,9 @@ class Mirostat(Sampler):
         self._update_mu(c.p[idx])
 
     def _update_mu(self, p_sel: float) -> None:
-        with np.errstate(divide="ignore"):
-            surprise = _F32(-np.log2(_F32(p_sel)))
+        surprise = _F32(-log2f(p_sel))
         e = _F32(surprise - _F32(self.tau))
-        self.mu = float(_F32(_F32(self.mu) - _F32(self.eta) * e))
+        self.mu = float(_F32(_F32(self.mu) - _F32(_F32(self.eta) * e)))
 
     def reset(self) -> None:
         self.mu = float(_F32(2.0) * _F32(self.tau))
@@ -157,10 +157,12 @@ class MirostatV2(Mirostat):
 
     def apply(self, c: Candidates) -> None:
         c.softmax(do_sort=True)
-        with np.errstate(divide="ignore"):
-            too_surprising = -np.log2(c.p) > _F32(self.mu)
-        cut = np.flatnonzero(too_surprising)
-        keep = int(cut[0]) if cut.size else c.size
+        mu = _F32(self.mu)
+        keep = c.size
+        for i, pi in enumerate(c.p.tolist()):
+            if _F32(-log2f(pi)) > mu:
+                keep = i
+                break
         c.truncate(max(keep, 1))
         c.softmax(do_sort=True)
         idx = self._rng.discrete(c.p)

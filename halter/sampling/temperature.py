@@ -5,12 +5,11 @@ chain's selector then picks it: that is how llama.cpp does greedy decoding insid
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from halter.sampling.base import Sampler
 from halter.sampling.candidates import Candidates
+from halter.sampling.cmath import exp_array, logf, logf_array, powf, sum_f32, sum_f64
 
 _F32 = np.float32
 
@@ -64,14 +63,16 @@ class TempExt(Sampler):
         max_temp = _F32(t + d)
         if c.size <= 1:
             return
-        max_entropy = _F32(-math.log(float(_F32(1.0) / _F32(c.size))))
+        # float32 throughout, as llama.cpp: logf/powf, left-to-right float sums
+        max_entropy = _F32(-_F32(logf(_F32(_F32(1.0) / _F32(c.size)))))
         c.softmax(do_sort=True)
         pos = c.p[c.p > 0]
-        entropy = _F32(-(pos * np.log(pos)).sum(dtype=np.float32))
+        entropy = _F32(-sum_f32(pos * logf_array(pos))) if pos.size else _F32(0)
         normalized = _F32(entropy / max_entropy)
-        dyn_temp = _F32(min_temp + (max_temp - min_temp) * _F32(math.pow(float(normalized), float(_F32(self.exponent)))))
+        dyn_temp = _F32(min_temp + _F32(_F32(max_temp - min_temp) * _F32(powf(normalized, self.exponent))))
         temp_impl(c, float(dyn_temp))
-        # llama.cpp re-computes the probabilities in double after scaling
+        # llama.cpp re-computes the probabilities in double (exp, a double sum), stored as float
         lg = c.logits.astype(np.float64)
-        p = np.exp(lg - lg[0])
-        c.p = (p / p.sum()).astype(np.float32)
+        p = exp_array(lg - lg[0])
+        total = sum_f64(p)
+        c.p = (p.astype(np.float32).astype(np.float64) / total).astype(np.float32)

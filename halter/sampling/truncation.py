@@ -11,9 +11,12 @@ import numpy as np
 
 from halter.sampling.base import Sampler
 from halter.sampling.candidates import Candidates
+from halter.sampling.cmath import logf, logf_array, sum_f32
+from halter.sampling.llama_sort import bucket_sort_desc, std_sort_by
 from halter.sampling.rng import LLAMA_DEFAULT_SEED, Mt19937
 
 _F32 = np.float32
+_FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def _check_min_keep(min_keep: int, who: str) -> int:
@@ -64,21 +67,21 @@ class TopP(Sampler):
         p32 = _F32(self.p)
         n = c.size
         if not c.sorted and n > 1024:
-            # adaptive: look at the best 256 first, sort everything only if they are not enough
-            probe = Candidates.__new__(Candidates)
-            probe.ids, probe.logits, probe.p = c.ids, c.logits, c.p
-            probe.sorted, probe.selected = False, -1
-            probe.sort_desc(256)
-            last = _first_reach(np.cumsum(probe.p, dtype=np.float32), p32, self.min_keep)
-            if last is not None:
-                c.ids, c.logits, c.p = probe.ids[:last], probe.logits[:last], probe.p[:last]
-                c.sorted = True
-                return
+            # adaptive: the best 256 first (llama.cpp's bucket partial sort), everything only if
+            # they are not enough
+            probe = bucket_sort_desc(c.logits, 256)
+            last = _first_reach(np.cumsum(c.p[probe], dtype=np.float32), p32, self.min_keep)
+            if last is None:
+                probe = bucket_sort_desc(c.logits, n)
+                last = _first_reach(np.cumsum(c.p[probe], dtype=np.float32), p32, self.min_keep)
+                last = n if last is None else last
+            c.take(probe[:last])
+            c.sorted = True
+            return
         if not c.sorted:
             c.sort_desc()
         last = _first_reach(np.cumsum(c.p, dtype=np.float32), p32, self.min_keep)
         c.truncate(n if last is None else last)
-        c.sorted = True
 
 
 def _first_reach(cum: np.ndarray, p: np.float32, min_keep: int) -> int | None:
@@ -102,9 +105,10 @@ class MinP(Sampler):
     def apply(self, c: Candidates) -> None:
         if _F32(self.p) <= 0.0 or c.size == 0:
             return
-        log_p = _F32(math.log(_F32(self.p)))
+        log_p = _F32(logf(self.p))
         if not c.sorted:
-            min_logit = _F32(c.logits.max()) + log_p
+            # llama.cpp starts its maximum at -FLT_MAX: all -inf logits fall back to the sorted path
+            min_logit = _F32(max(_F32(c.logits.max()), _F32(-_FLT_MAX))) + log_p
             keep = np.flatnonzero(c.logits >= min_logit)
             if keep.size and keep.size >= self.min_keep:
                 if keep.size != c.size:
@@ -133,13 +137,12 @@ class Typical(Sampler):
         if _F32(self.p) >= 1.0:
             return
         c.softmax(do_sort=True)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logp = np.log(c.p)
-            # llama.cpp computes 0 * log(0) = NaN here; halter counts a zero-probability token as 0
-            terms = np.where(c.p > 0, -c.p * logp, _F32(0))
-            entropy = _F32(terms.sum(dtype=np.float32))
+        logp = logf_array(c.p)
+        with np.errstate(invalid="ignore", over="ignore"):
+            # -p * logf(p), summed left to right in float (a zero p gives NaN, as in llama.cpp)
+            entropy = sum_f32((-c.p) * logp)
             shifted = np.abs(-logp - entropy)
-        order = np.argsort(shifted, kind="stable")
+        order = std_sort_by(shifted)
         cum = np.cumsum(c.p[order], dtype=np.float32)
         ok = cum > _F32(self.p)
         if self.min_keep > 1:
@@ -165,14 +168,17 @@ class TopNSigma(Sampler):
         valid = c.logits[finite]
         mx = max(_F32(c.logits[0]), valid.max()) if valid.size else _F32(c.logits[0])
         if valid.size:
-            mean = _F32(valid.sum(dtype=np.float32)) / _F32(valid.size)
-            acc = _F32(np.sum((valid.astype(np.float64) - float(mean)) ** 2))
-            std = _F32(math.sqrt(float(acc) / valid.size))
+            mean = _F32(sum_f32(valid) / _F32(valid.size))
+            # acc += pow(logit - mean, 2): float difference, squared in double, float accumulator
+            sq = (valid - mean).astype(np.float64) ** 2
+            acc = 0.0
+            for d in sq.tolist():
+                acc = float(_F32(acc + d))
+            std = _F32(math.sqrt(float(_F32(_F32(acc) / _F32(valid.size)))))
         else:
             std = _F32(0)
-        thr = _F32(mx - _F32(self.n) * std)
+        thr = _F32(mx - _F32(_F32(self.n) * std))
         c.logits[c.logits < thr] = -np.inf
-        c.softmax(do_sort=True)
 
 
 class Xtc(Sampler):

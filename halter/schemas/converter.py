@@ -18,6 +18,7 @@ import jsonschema
 from jsonschema import validators
 
 from halter.errors import SchemaError, UnsupportedSchemaError
+from halter.limits import LIMITS, check
 from halter.grammar.ast import Expr, Literal, RuleRef, alt
 from halter.schemas import drafts, logic, one_of, unevaluated
 from halter.schemas import merge as merging
@@ -27,7 +28,7 @@ from halter.schemas.formats_pydantic import PYDANTIC_FORMATS
 from halter.schemas.json_content import EmbeddedJson, is_embedded_json
 from halter.schemas.json_text import NEVER, JsonText
 from halter.schemas.objects import object_grammar
-from halter.schemas.refs import DEFAULT_BASE, RefIndex
+from halter.schemas.refs import DEFAULT_BASE, RefIndex, pointer_escape
 from halter.schemas.rules import Rules, tidy_rules
 from halter.schemas.scalars import integer_grammar, number_grammar, values_grammar
 from halter.schemas.strings import StringBuilder
@@ -51,8 +52,35 @@ class SchemaWarning(UserWarning):
     """A keyword dropped in lenient mode; the grammar then accepts more than the schema."""
 
 
+_MIN_BOUNDS = ("minLength", "minItems", "minProperties", "minContains")
+_MAX_BOUNDS = ("maxLength", "maxItems", "maxProperties", "maxContains")
+_DATA_KEYWORDS = ("const", "enum", "default", "examples")
+
+
+def _bounded(schema: Any) -> Any:
+    """``schema`` (a private copy, changed in place) with its length and count bounds checked
+    against ``limits.length_bound``: an upper bound beyond it is no bound at all (no output is that
+    long); a lower bound beyond it is a ``LimitError`` naming the keyword's JSON pointer."""
+    stack = [(schema, "")]
+    limit = LIMITS.length_bound
+    while stack:
+        node, ptr = stack.pop()
+        if isinstance(node, dict):
+            for key in _MAX_BOUNDS:
+                if isinstance(node.get(key), (int, float)) and node[key] > limit:
+                    del node[key]
+            for key in _MIN_BOUNDS:
+                if isinstance(node.get(key), (int, float)) and node[key] > limit:
+                    check("length_bound", node[key], where=f"#{ptr}/{key}", what=f"{key} in a JSON Schema")
+            stack.extend((v, f"{ptr}/{pointer_escape(k)}") for k, v in node.items() if k not in _DATA_KEYWORDS)
+        elif isinstance(node, list):
+            stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
+    return schema
+
+
 def _draft_of(schema: Any) -> str:
     uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
+    uri = uri if isinstance(uri, str) else ""
     for key, name in _DRAFTS.items():
         if key in uri:
             return name
@@ -65,7 +93,7 @@ class Converter:
                  target: str = "json-schema", unique_checked: str | None = None) -> None:
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
-        self.schema = copy.deepcopy(schema)
+        self.schema = _bounded(copy.deepcopy(schema))
         self.strict = strict
         self.target = target
         self.formats = PYDANTIC_FORMATS if target == "pydantic" else FORMATS   # format name -> regex
@@ -79,7 +107,10 @@ class Converter:
         self.draft = _draft_of(self.schema)
         self.rules = Rules()
         spec = target == "json-schema"       # Pydantic: no lone surrogates; no 3.0 for an int (strict mode)
-        self.js = JsonText(self.rules, whitespace, lone_surrogates=spec, integer_fractions=spec,
+        # draft-04 counts 1.0 as a number, not an integer (draft-06 on: any number with a zero fraction)
+        fractions = spec and self.draft != "draft4"
+        self.literal_fractions = spec        # enum/const 1 equals 1.0 in every draft
+        self.js = JsonText(self.rules, whitespace, lone_surrogates=spec, integer_fractions=fractions,
                            finite_numbers=not spec)
         self.strings = StringBuilder(self.js, self)
         self.embedded = EmbeddedJson(self)
@@ -202,6 +233,9 @@ class Converter:
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object or a boolean, not {type(schema).__name__}",
                               "#" + ptr)
+        if "$ref" in schema and not isinstance(schema["$ref"], str):
+            raise SchemaError(f"$ref must be a string (a URI reference), not {type(schema['$ref']).__name__}",
+                              f"#{ptr}/$ref", "$ref")
         schema = drafts.own_keywords(schema, self.draft)
         if len(self._inlining) > MAX_DEPTH:
             raise UnsupportedSchemaError("allOf/$ref nesting too deep (recursive allOf?)", "#" + ptr, "allOf")

@@ -11,26 +11,16 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-import jsonschema
-from jsonschema import validators
 
 from halter.errors import SchemaError
 from halter.grammar.ast import Expr, format_grammar
+from halter.limits import check, deep_call, nesting_of
 from halter.schemas.converter import Converter, _draft_of
-from halter.schemas.refs import pointer_escape
+from halter.schemas.metaschema import check_document
 
 
 def _meta_validate(schema: Any) -> None:
-    if isinstance(schema, bool):
-        return
-    if not isinstance(schema, dict):
-        raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}", "#")
-    cls = validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    # no format checker: patterns are ECMA-262 (``\p{L}`` is valid there, not in Python's re)
-    e = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
-    if e is not None:
-        ptr = "#" + "".join("/" + pointer_escape(p) for p in e.absolute_path)
-        raise SchemaError(f"invalid JSON Schema: {e.message}", ptr, e.validator)
+    check_document(schema)
 
 
 def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexible", strict: bool = False,
@@ -72,6 +62,10 @@ def json_schema_to_gbnf(schema: dict | str | bool, *, whitespace: str = "flexibl
 
 def schema_to_rules(schema: dict | str | bool, **options: Any) -> dict[str, Expr]:
     """Like ``json_schema_to_gbnf`` but returns the rules as syntax trees."""
+    return deep_call(_schema_to_rules, schema, where="the JSON Schema", **options)
+
+
+def _schema_to_rules(schema: dict | str | bool, **options: Any) -> dict[str, Expr]:
     schema = _loaded(schema)
     _meta_validate(schema)
     return Converter(schema, **options).convert()
@@ -86,6 +80,11 @@ def schema_to_grammar_parts(schema: dict | str | bool, *, split_patterns: bool =
     ``split_patterns`` spells every ``pattern`` with rules of its own (pattern_rules.py), for a
     grammar whose automata grew too large otherwise.
     """
+    return deep_call(_schema_to_grammar_parts, schema, split_patterns, where="the JSON Schema", **options)
+
+
+def _schema_to_grammar_parts(schema: dict | str | bool, split_patterns: bool,
+                             **options: Any) -> tuple[dict[str, Expr], Any]:
     from halter.schemas.instance_schemas import has_true_keyword
     from halter.schemas.unique_check import UniqueItemsCheck, check_is_exact
     schema = _loaded(schema)
@@ -102,7 +101,8 @@ def schema_to_grammar_parts(schema: dict | str | bool, *, split_patterns: bool =
 def _loaded(schema: Any) -> Any:
     if isinstance(schema, str):
         try:
-            return json.loads(schema)
+            schema = json.loads(schema)
         except json.JSONDecodeError as e:
             raise SchemaError(f"schema is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})", "#") from None
+    check("nesting_depth", nesting_of(schema), where="#", what="JSON Schema nesting depth")
     return schema

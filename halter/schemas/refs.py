@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urldefrag, urljoin
 
 from halter.errors import SchemaError
+from halter.schemas.metaschema import check_subschema
 
 DEFAULT_BASE = "https://halter.invalid/root.json"
 _SCHEMA_KEYS = {"items", "additionalItems", "contains", "propertyNames", "additionalProperties",
@@ -48,6 +49,7 @@ class RefIndex:
         self.dynamic: dict[str, set[str]] = {}    # resource URI -> its $dynamicAnchor names
         self.dynamic_names: set[str] = set()      # anchor names some $dynamicRef/$recursiveRef uses
         self._relocated: dict[tuple, tuple[Any, Any]] = {}
+        self._checked: set[str] = {""}            # pointers of targets checked against the metaschema
         self.node_uri: dict[int, str] = {}       # id() of a node with an $id -> its absolute URI
         self._walk(root, DEFAULT_BASE, "")
         self.docs.setdefault(DEFAULT_BASE, root)      # the root also under the default base
@@ -211,6 +213,9 @@ class RefIndex:
     def resolve(self, ref: str, base: str, where: str) -> tuple[Any, str, str]:
         """(target schema, its base URI (a ``ScopedBase``), its JSON pointer in the root document)."""
         target, tbase, tptr = self._resolve(ref, base, where)
+        if tptr not in self._checked:             # a target the metaschema walk may not have reached
+            self._checked.add(tptr)
+            check_subschema(target, self.draft, tptr)
         return target, self.enter(base, tbase), tptr
 
     def _resolve(self, ref: str, base: str, where: str) -> tuple[Any, str, str]:

@@ -12,6 +12,7 @@ from fractions import Fraction as Ratio
 from typing import TYPE_CHECKING, Any
 
 from halter.errors import SchemaError
+from halter.limits import check as check_limit
 from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas import merge as merging
 from halter.schemas.json_text import cat
@@ -51,8 +52,24 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
             ok = True
         if ok:
             kept.append(v)
-    opts = [literal(conv, v, ptr) for v in kept]
-    return conv.rules.add(conv.hint(ptr), alt(*opts)) if opts else None
+    if len(kept) <= ENUM_CHUNK:
+        opts = [literal(conv, v, ptr) for v in kept]
+        return conv.rules.add(conv.hint(ptr), alt(*opts)) if opts else None
+    # a long enum: a rule per chunk of values (strings sorted, so chunks share few prefixes), so
+    # that each rule's automaton stays small and the work grows linearly with the enum
+    check_limit("enum_values", len(kept), where="#" + ptr, what="enum size")
+    strings = sorted(v for v in kept if isinstance(v, str))
+    others = [v for v in kept if not isinstance(v, str)]
+    parts = []
+    for group in (strings, others):
+        for i in range(0, len(group), ENUM_CHUNK):
+            chunk = [literal(conv, v, ptr) for v in group[i:i + ENUM_CHUNK]]
+            parts.append(conv.rules.add(conv.hint(ptr) + "-part", alt(*chunk)))
+    return conv.rules.add(conv.hint(ptr), alt(*parts))
+
+
+ENUM_CHUNK = 128
+"""Values per rule of a long ``enum``."""
 
 
 def _is_number(v: Any) -> bool:
@@ -71,13 +88,14 @@ def _is_multiple(v: Any, d: Any) -> bool:
 def literal(conv: "Converter", v: Any, ptr: str = "") -> Expr:
     """The JSON texts of the value ``v`` (numbers in any equal spelling: 1, 1.0, -0)."""
     js, ws = conv.js, conv.js.ws()
+    fractions = getattr(conv, "literal_fractions", js.integer_fractions)
     if v is None or isinstance(v, bool):
         return Literal(json.dumps(v))
     if isinstance(v, int):
-        return integer_range(v, v, js.integer_fractions)
+        return integer_range(v, v, fractions)
     if isinstance(v, float):
         if v.is_integer():
-            return integer_range(int(v), int(v), js.integer_fractions)
+            return integer_range(int(v), int(v), fractions)
         d = Decimal(repr(v))
         return number_range(d, False, d, False)
     if isinstance(v, str):
@@ -188,6 +206,12 @@ def _fraction_number(conv: "Converter") -> Expr:
     js = conv.js
     digits = Repeat(DIGIT, 0, None)
     e = CharClass(((0x45, 0x45), (0x65, 0x65)))
+    if getattr(conv, "draft", None) == "draft4":
+        # draft-04 reads 1.0 and 1e0 as numbers that are not integers: any fraction or exponent
+        exp = cat(e, Repeat(CharClass(((0x2B, 0x2B), (0x2D, 0x2D))), 0, 1), Repeat(DIGIT, 1, None))
+        spelled = cat(Repeat(Literal("-"), 0, 1), js.uint(),
+                      alt(cat(Literal("."), Repeat(DIGIT, 1, None), Repeat(exp, 0, 1)), exp))
+        return conv.rules.fixed("json-fraction-number-draft4", spelled)
     shrinking = cat(e, alt(cat(Literal("-"), Repeat(DIGIT, 1, None)),
                            cat(Repeat(Literal("+"), 0, 1), Repeat(Literal("0"), 1, None))))
     frac = cat(js.uint(), Literal("."), digits, NONZERO, digits, Repeat(shrinking, 0, 1))

@@ -187,6 +187,10 @@ class StringBuilder:
             e = self.pattern_expr(p, ptr)
             if e is not None:
                 constraints.append(("pattern", e))
+        for _, e in constraints:     # bounds no string of the format/pattern can meet: before any automaton
+            a, b = length_range(e)
+            if (b is not None and lo > b) or (hi is not None and hi < a):
+                return None
         if excluded:     # "not these strings" next to a length, pattern or format
             exact = self.exact_string([e for _, e in constraints], lo, hi, excluded)
             if exact is not False:

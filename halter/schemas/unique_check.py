@@ -19,6 +19,7 @@ meets a dead end (the engine reports it as ``NoValidTokenError``).
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -35,14 +36,55 @@ _IN_STRING = (_STR, _STR_ESC, _KEY_STR, _KEY_ESC)
 _ANY_END = b'"]},el \t\n\r'
 
 
+_NUMBER = re.compile(r"-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?")
+
+
+class _Number(tuple):
+    """A JSON number exactly, whatever its exponent: ``(sign, digits, exponent)`` with no leading
+    or trailing zeros in ``digits`` (zero is ``(0, "", 0)``), so equal numbers are equal tuples
+    (``1``, ``1.0`` and ``10e-1``; ``-0`` and ``0``). ``Decimal`` cannot hold every exponent JSON
+    allows (``1E-99999999999999999999`` raises ``InvalidOperation``)."""
+
+    @classmethod
+    def parse(cls, text: str) -> "_Number":
+        m = _NUMBER.fullmatch(text)
+        if m is None:
+            raise ValueError(f"not a JSON number: {text[:40]!r}")
+        whole, frac, exp = m.group(1), m.group(2) or "", m.group(3)
+        digits = (whole + frac).lstrip("0")
+        exponent = (int(exp) if exp else 0) - len(frac)
+        stripped = digits.rstrip("0")
+        exponent += len(digits) - len(stripped)
+        if not stripped:
+            return cls((0, "", 0))
+        return cls((-1 if text.startswith("-") else 1, stripped, exponent))
+
+    def spelled(self) -> str:
+        """The plain spelling: integers written out (below 10**30), else ``Decimal``'s normal form."""
+        sign, digits, exp = self
+        if sign == 0:
+            return "0"
+        minus = "-" if sign < 0 else ""
+        adjusted = exp + len(digits) - 1
+        if exp >= 0 and adjusted < 30:
+            return minus + digits + "0" * exp
+        if exp <= 0 and adjusted >= -6:
+            point = len(digits) + exp
+            return minus + (digits[:point] + "." + digits[point:] if point > 0 else "0." + "0" * -point + digits)
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{minus}{mantissa}e{'+' if adjusted >= 0 else '-'}{abs(adjusted)}"
+
+
 def canonical(value: Any) -> tuple:
-    """A hashable form of a JSON value under JSON Schema's equality (parsed with ``Decimal``)."""
+    """A hashable form of a JSON value under JSON Schema's equality (numbers exactly: ``_Number``)."""
     if isinstance(value, bool):
         return (1, value)
     if value is None:
         return (0,)
-    if isinstance(value, Decimal):
+    if isinstance(value, _Number):
         return (2, value)
+    if isinstance(value, Decimal):
+        return (2, _Number.parse(str(value)) if value.is_finite() else value)
     if isinstance(value, str):
         return (3, value)
     if isinstance(value, list):
@@ -56,9 +98,7 @@ def _spelled(item: tuple) -> bytes | None:
     if kind == 3:
         return json.dumps(item[1], ensure_ascii=False).encode("utf-8", "surrogatepass")
     if kind == 2:
-        d = item[1]
-        return (format(d, "f") if d == d.to_integral_value() and abs(d) < 10 ** 30
-                else str(d.normalize()).lower()).encode()
+        return item[1].spelled().encode() if isinstance(item[1], _Number) else None
     if kind == 1:
         return b"true" if item[1] else b"false"
     return b"null" if kind == 0 else None
@@ -66,7 +106,7 @@ def _spelled(item: tuple) -> bytes | None:
 
 def _canonical_text(raw: bytes) -> tuple | None:
     try:
-        return canonical(json.loads(raw, parse_float=Decimal, parse_int=Decimal))
+        return canonical(json.loads(raw, parse_float=_Number.parse, parse_int=_Number.parse))
     except (ValueError, RecursionError):
         return None
 

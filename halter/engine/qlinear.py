@@ -1,0 +1,178 @@
+"""Linear layers and embeddings whose weights stay quantized in memory.
+
+``QLinear`` computes ``x @ W.T (+ b)`` for a weight given as ``QuantTensor`` row parts, with one of
+two kernels, picked per device and type (``pick_kernel``):
+
+* ``"int4"`` (CPU; Q4_0, Q4_1, Q4_K, Q8_0; on request Q5_0, Q5_1, Q5_K): the weight is rewritten once, at
+  load, as one or two 4-bit terms (``QuantTensor.int4_terms``) packed for
+  ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with bfloat16 scales and offsets per group of 32.
+  The activations are rounded to bfloat16 for the product and the terms are summed in float32.
+  Resident: half a byte per code plus 4 bytes of scale/offset per 32 values and term.
+* ``"dequant"`` (CUDA; and the CPU for Q2_K, Q3_K, Q6_K, whose groups of 16 have no int4
+  kernel, and the 5-bit types): the raw blocks stay as they are in the file; each call dequantizes them into a buffer
+  shared by every layer with the same weight size and multiplies in the compute dtype.
+
+``QEmbedding`` looks rows up in the raw blocks and dequantizes only those rows. Float tensors
+(F32, F16, BF16) never come here: they load as ordinary tensors.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from halter.engine.quant_tensor import INT4_GROUP, QuantTensor
+
+KERNELS = ("int4", "dequant")
+INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")     # int4 form within 1.25x of the file's bytes
+_PACK_ROWS = 4096                      # rows packed at a time (a multiple of the kernel's tile of 64)
+_scratch: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def int4_available() -> bool:
+    """Whether this torch has the CPU weight-only int4 kernels."""
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and \
+        hasattr(torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
+
+
+def pick_kernel(part: QuantTensor, device: torch.device) -> str:
+    """``"int4"`` on the CPU for Q4_0, Q4_1, Q4_K, Q8_0 (rows a multiple of 16), else ``"dequant"``.
+
+    The 5-bit types have an exact int4 form too (``kernel="int4"``), but its second term spends
+    four bits on each one-bit plane: about 1.8x the file's bytes, over the memory budget.
+    """
+    if device.type == "cpu" and part.type_name in INT4_DEFAULT and part.shape[0] % 16 == 0 \
+            and part.shape[1] % INT4_GROUP == 0 and int4_available():
+        return "int4"
+    return "dequant"
+
+
+def scratch(n_values: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The process-wide reused buffer of ``n_values`` elements for just-in-time dequantization."""
+    key = (n_values, dtype, device)
+    buf = _scratch.get(key)
+    if buf is None:
+        buf = _scratch[key] = torch.empty(n_values, dtype=dtype, device=device)
+    return buf
+
+
+class _Int4Part(nn.Module):
+    """One row part packed as int4 terms: ``(packed uint8, scales_and_zeros bf16 [K/32, N, 2])``."""
+
+    def __init__(self, q: QuantTensor) -> None:
+        super().__init__()
+        N, _ = q.shape
+        chunks: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        for start in range(0, N, _PACK_ROWS):
+            chunk = []
+            for codes, scale, zero in q.int4_terms(start, start + _PACK_ROWS):
+                packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+                sz = torch.stack([scale, zero], dim=-1).to(torch.bfloat16)       # [n, K/32, 2]
+                chunk.append((packed, sz))
+            chunks.append(chunk)
+        self.n_terms = len(chunks[0])
+        for t in range(self.n_terms):
+            packed = torch.cat([c[t][0] for c in chunks])
+            sz = torch.cat([c[t][1] for c in chunks]).transpose(0, 1).contiguous()
+            self.register_buffer(f"packed{t}", packed, persistent=False)
+            self.register_buffer(f"sz{t}", sz, persistent=False)
+        self.out_features = N
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        xb = x2.to(torch.bfloat16)
+        mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+        y = mm(xb, self.packed0, INT4_GROUP, self.sz0).float()
+        if self.n_terms > 1:
+            y.add_(mm(xb, self.packed1, INT4_GROUP, self.sz1))
+        return y
+
+
+class _DequantPart(nn.Module):
+    """One row part kept as raw blocks, dequantized into a shared buffer at every call."""
+
+    def __init__(self, q: QuantTensor, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.q, self.dtype = q, dtype
+        self.register_buffer("raw", q.raw, persistent=False)
+        self.out_features = q.shape[0]
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        self.q.raw = self.raw                        # follows .to() moves of the module
+        n = self.q.shape[0] * self.q.shape[1]
+        w = self.q.dequantize(self.dtype, out=scratch(n, self.dtype, self.raw.device)[:n])
+        return F.linear(x2.to(self.dtype), w.view(self.q.shape))
+
+
+class QLinear(nn.Module):
+    """``y = x @ W.T + b`` with ``W`` the row-wise concatenation of quantized ``parts``."""
+
+    def __init__(self, parts: Sequence[QuantTensor], bias: torch.Tensor | None, *, dtype: torch.dtype,
+                 device: torch.device, kernel: str | None = None) -> None:
+        super().__init__()
+        if kernel is not None and kernel not in KERNELS:
+            raise ValueError(f"kernel {kernel!r} not understood (use one of {KERNELS})")
+        merged = _merge_parts(parts)
+        self.kernels = [kernel or pick_kernel(p, device) for p in merged]
+        self.parts = nn.ModuleList(_Int4Part(p) if k == "int4" else _DequantPart(p.to(device), dtype)
+                                   for p, k in zip(merged, self.kernels))
+        self.in_features = parts[0].shape[1]
+        self.out_features = sum(p.shape[0] for p in parts)
+        self.dtype = dtype
+        self.register_buffer("bias", None if bias is None else bias.to(device=device, dtype=dtype),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, self.in_features)
+        if len(self.parts) == 1:
+            y = self.parts[0](x2).to(self.dtype)
+        else:
+            y = torch.cat([p(x2).to(self.dtype) for p in self.parts], dim=-1)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, kernels={self.kernels}"
+
+
+def _merge_parts(parts: Sequence[QuantTensor]) -> list[QuantTensor]:
+    """Consecutive parts of one type are concatenated into one (a fused projection)."""
+    merged: list[list[QuantTensor]] = []
+    for p in parts:
+        if merged and merged[-1][0].ggml_type == p.ggml_type:
+            merged[-1].append(p)
+        else:
+            merged.append([p])
+    return [g[0] if len(g) == 1 else QuantTensor.cat(g) for g in merged]
+
+
+class QEmbedding(nn.Module):
+    """Embedding lookups in a quantized ``[n_vocab, n_embd]`` table: only the rows used are decoded."""
+
+    def __init__(self, q: QuantTensor, *, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.q, self.dtype = q.to(device), dtype
+        self.register_buffer("raw", self.q.raw, persistent=False)
+        self.num_embeddings, self.embedding_dim = q.shape
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.q.raw = self.raw
+        return self.q.rows(tokens, self.dtype)
+
+
+def weight_bytes(module: nn.Module, *, resident: bool = False) -> int:
+    """Bytes held by a module's parameters and buffers (each storage counted once).
+
+    ``resident=True`` leaves out tables read in place from the memory-mapped file (a CPU
+    ``QEmbedding``: only the rows looked up are ever read, and they stay file-backed).
+    """
+    mapped = {m.raw.untyped_storage().data_ptr() for m in module.modules()
+              if isinstance(m, QEmbedding) and getattr(m.q, "_mmap", None) is not None}
+    seen: dict[int, int] = {}
+    for t in list(module.parameters()) + list(module.buffers()):
+        st = t.untyped_storage()
+        if not (resident and st.data_ptr() in mapped):
+            seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())

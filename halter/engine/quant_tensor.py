@@ -1,0 +1,173 @@
+"""A GGUF tensor kept in its quantized blocks, and its decomposition into 4-bit terms.
+
+``QuantTensor`` holds the raw blocks of one weight matrix ``[N, K]`` (row ``n`` is the
+``K / block_len`` consecutive blocks of that row), as a view of the memory-mapped file or a copy on
+a device. It dequantizes whole (into a caller's buffer) or by rows (embedding lookups), and its row
+parts concatenate (fused Q/K/V) without decoding.
+
+``int4_terms`` rewrites a tensor of type Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K or Q8_0 as a sum of
+one or two matrices of 4-bit codes ``c`` with a scale ``s`` and an offset ``z`` per group of 32
+values, ``w = (c - 8) * s + z``: the form of torch's weight-only int4 kernels. The rewrite is exact
+in float32 (5-bit and 8-bit codes split into a low nibble and a high part, each its own term);
+only the rounding of ``s`` and ``z`` to the kernel's dtype is lost.
+"""
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import torch
+
+from halter.engine.dequant import GGML_TYPES, SCALE_FIELDS, _f16, _k4_scales, _nibbles, _u32, \
+    dequantize_blocks
+
+INT4_GROUP = 32
+INT4_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q8_0")
+Term = tuple[torch.Tensor, torch.Tensor, torch.Tensor]        # codes [n, L] 0..15, scale, zero [n, L/32]
+
+
+class QuantTensor:
+    """Raw GGUF blocks of a ``[N, K]`` weight: ``raw`` is ``uint8 [N, K / block_len * block_bytes]``."""
+
+    def __init__(self, raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> None:
+        self.type_name, self.block_len, self.block_bytes = GGML_TYPES[ggml_type]
+        self.ggml_type, self.shape = ggml_type, (int(shape[0]), int(shape[1]))
+        if self.shape[1] % self.block_len:
+            raise ValueError(f"{self.type_name} rows of {self.shape[1]} values are not whole blocks")
+        self.raw = raw.reshape(self.shape[0], self.shape[1] // self.block_len * self.block_bytes)
+
+    @classmethod
+    def from_file(cls, path: str, offset: int, ggml_type: int, shape: tuple[int, int]) -> "QuantTensor":
+        """A view of the tensor's bytes through a private (copy-on-write) memory map of ``path``.
+
+        Nothing is read until used; pages read stay file-backed (shared with the page cache).
+        """
+        _, block_len, block_bytes = GGML_TYPES[ggml_type]
+        n = shape[0] * shape[1] // block_len * block_bytes
+        mm = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=(n,))
+        q = cls(torch.from_numpy(mm), ggml_type, shape)
+        q._mmap = mm._mmap                      # type: ignore[attr-defined]  # for release_pages
+        return q
+
+    @property
+    def nbytes(self) -> int:
+        return self.raw.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.raw.device
+
+    def to(self, device: torch.device | str) -> "QuantTensor":
+        if self.raw.device == torch.device(device):
+            return self
+        return QuantTensor(self.raw.to(device), self.ggml_type, self.shape)
+
+    def blocks(self) -> torch.Tensor:
+        return self.raw.reshape(-1, self.block_bytes)
+
+    def scales_finite(self) -> bool:
+        """Whether every float16 scale field is finite (the codes themselves are integers)."""
+        b = self.blocks()
+        return all(bool(torch.isfinite(_f16(b[:, o:o + 2])).all()) for o in SCALE_FIELDS[self.type_name])
+
+    def dequantize(self, dtype: torch.dtype = torch.float32, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The float ``[N, K]`` matrix, written into ``out`` when given (a reused buffer)."""
+        values = dequantize_blocks(self.blocks(), self.type_name)
+        if out is None:
+            return values.to(dtype).reshape(self.shape)
+        out.view(values.shape).copy_(values)
+        return out
+
+    def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Rows ``ids`` (any shape) dequantized: ``[*ids.shape, K]`` (an embedding lookup)."""
+        picked = self.raw.index_select(0, ids.reshape(-1).to(self.raw.device))
+        values = dequantize_blocks(picked.reshape(-1, self.block_bytes), self.type_name)
+        return values.to(dtype).reshape(*ids.shape, self.shape[1])
+
+    @staticmethod
+    def cat(parts: list["QuantTensor"]) -> "QuantTensor":
+        """Row-wise concatenation of tensors of one type and width (fused projections)."""
+        first = parts[0]
+        if any(p.ggml_type != first.ggml_type or p.shape[1] != first.shape[1] for p in parts):
+            raise ValueError("only tensors of one type and width concatenate")
+        return QuantTensor(torch.cat([p.raw for p in parts]), first.ggml_type,
+                           (sum(p.shape[0] for p in parts), first.shape[1]))
+
+    def int4_terms(self, row_start: int = 0, row_end: int | None = None) -> list[Term]:
+        """Rows ``row_start:row_end`` as 4-bit terms ``(codes [n, K], scale, zero [n, K/32])``."""
+        rows = self.raw[row_start:row_end]
+        n = rows.shape[0]
+        b = rows.reshape(-1, self.block_bytes)
+        terms = _TERM_FNS[self.type_name](b)
+        return [(c.reshape(n, -1), s.reshape(n, -1), z.reshape(n, -1)) for c, s, z in terms]
+
+
+def release_pages(q: QuantTensor) -> None:
+    """Drop a file-backed tensor's pages from this process (they stay in the page cache).
+
+    After a pass over the whole tensor (the load-time scale check), its pages would otherwise
+    count in the process's resident memory although only a few rows (embedding lookups) or none
+    (weights packed into another form) are used afterwards.
+    """
+    owner = getattr(q, "_mmap", None)
+    if owner is not None and hasattr(owner, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            owner.madvise(mmap.MADV_DONTNEED)
+        except OSError:
+            pass
+
+
+def _high_bits(packed: torch.Tensor) -> torch.Tensor:
+    """uint32 ``[n, 1]`` -> the 32 single bits, as codes 8 (bit 0) or 9 (bit 1)."""
+    return ((packed >> torch.arange(32, device=packed.device)) & 1) + 8
+
+
+def _t_q4_0(b: torch.Tensor) -> list[Term]:
+    d = _f16(b[:, 0:2])
+    return [(_nibbles(b[:, 2:18]), d, torch.zeros_like(d))]
+
+
+def _t_q4_1(b: torch.Tensor) -> list[Term]:
+    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    return [(_nibbles(b[:, 4:20]), d, 8 * d + m)]
+
+
+def _t_q5_0(b: torch.Tensor) -> list[Term]:
+    d = _f16(b[:, 0:2])               # (lo + 16 h - 16) d = [(lo - 8) d - 8 d] + [(h + 8 - 8) 16 d]
+    return [(_nibbles(b[:, 6:22]), d, -8 * d), (_high_bits(_u32(b[:, 2:6])), 16 * d, torch.zeros_like(d))]
+
+
+def _t_q5_1(b: torch.Tensor) -> list[Term]:
+    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    return [(_nibbles(b[:, 8:24]), d, 8 * d + m), (_high_bits(_u32(b[:, 4:8])), 16 * d, torch.zeros_like(d))]
+
+
+def _t_q8_0(b: torch.Tensor) -> list[Term]:
+    d = _f16(b[:, 0:2])               # q = 16 hi + lo, lo = q & 15 in 0..15, hi = q >> 4 in -8..7
+    q = b[:, 2:34].contiguous().view(torch.int8).to(torch.int16)
+    return [(q & 15, d, 8 * d), ((q >> 4) + 8, 16 * d, torch.zeros_like(d))]
+
+
+def _k_low(b: torch.Tensor, start: int) -> torch.Tensor:
+    qs = b[:, start:start + 128].reshape(-1, 4, 1, 32)
+    return torch.cat([qs & 0x0F, qs >> 4], dim=2).reshape(-1, 256)
+
+
+def _t_q4_k(b: torch.Tensor) -> list[Term]:
+    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    sc, mn = _k4_scales(b[:, 4:16])
+    s = d * sc                        # c s - dmin mn = (c - 8) s + (8 s - dmin mn), per 32 values
+    return [(_k_low(b, 16), s, 8 * s - dmin * mn)]
+
+
+def _t_q5_k(b: torch.Tensor) -> list[Term]:
+    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    sc, mn = _k4_scales(b[:, 4:16])
+    s = d * sc
+    bit = torch.arange(8, dtype=torch.uint8, device=b.device).view(1, 8, 1)
+    high = (((b[:, 16:48].reshape(-1, 1, 32) >> bit) & 1) + 8).reshape(-1, 256)
+    return [(_k_low(b, 48), s, 8 * s - dmin * mn), (high, 16 * s, torch.zeros_like(s))]
+
+
+_TERM_FNS = {"Q4_0": _t_q4_0, "Q4_1": _t_q4_1, "Q5_0": _t_q5_0, "Q5_1": _t_q5_1, "Q8_0": _t_q8_0,
+             "Q4_K": _t_q4_k, "Q5_K": _t_q5_k}
