@@ -142,6 +142,35 @@ def run_mode(mode: str, folder: Path, rows: list[dict], max_tokens: int) -> dict
             "compile_s": sorted(compile_times)}
 
 
+def refusals(rows: list[dict]) -> dict:
+    """Which schemas each mode takes, without an engine: vLLM's own request validation for the
+    built-in backends (what ``LLM.generate`` runs before queueing), ``Grammar.from_json_schema``
+    for halter (what its ``validate_params`` runs)."""
+    import warnings
+
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.v1.structured_output.backend_guidance import validate_guidance_grammar
+    from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
+
+    from halter.grammar import Grammar
+    refused: dict[str, list[str]] = {"halter": [], "xgrammar": [], "guidance": []}
+    for row in rows:
+        params = SamplingParams(structured_outputs=StructuredOutputsParams(json=row["schema"]))
+        for mode, check in (("xgrammar", validate_xgrammar_grammar), ("guidance", validate_guidance_grammar)):
+            try:
+                check(params)
+            except Exception as exc:
+                refused[mode].append(f"{row['id']}: {str(exc)[:160]}")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                Grammar.from_json_schema(row["schema"])
+        except Exception as exc:
+            refused["halter"].append(f"{row['id']}: {str(exc)[:160]}")
+    return refused
+
+
 def summary(res: dict) -> str:
     ct = res["compile_s"]
     q = (lambda p: ct[min(len(ct) - 1, int(p * len(ct)))] * 1e3) if ct else (lambda p: float("nan"))
@@ -173,6 +202,8 @@ def main() -> None:
     ap.add_argument("--schema-file", default=str(SHARED / "schema" / "jsonschemabench_dev.jsonl"))
     ap.add_argument("--modes", default="halter,xgrammar,guidance,none")
     ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--refusals-only", action="store_true",
+                    help="only count the schemas each mode refuses at submission (no engine)")
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "halter-vllm-bench"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "vllm_bench.json"))
     ap.add_argument("--plot", default=str(ROOT / "docs" / "img" / "vllm_bench.png"))
@@ -185,6 +216,13 @@ def main() -> None:
     os.environ["HALTER_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-", dir=work)
     folder = model_folder(args.model, work)
     rows = load_schemas(Path(args.schema_file), args.schemas)
+    if args.refusals_only:
+        refused = refusals(rows)
+        print(f"| mode | refused of {len(rows)} |\n|---|---|")
+        for mode, items in refused.items():
+            print(f"| {mode} | {len(items)} |")
+        Path(args.out).write_text(json.dumps(refused, indent=1))
+        return
     results = []
     for mode in args.modes.split(","):
         res = run_mode(mode, folder, rows, args.max_tokens)
