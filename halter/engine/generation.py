@@ -349,30 +349,25 @@ def _sample(r: _Row, host: np.ndarray, where: dict[tuple[int, int], int], i: int
         lg = neg - np.logaddexp.reduce(neg)
         row = r.cfg_scale * (lp - lg) + lg
     row = np.ascontiguousarray(row, dtype=np.float32)
-    mask = bitmask[i] if r.matcher is not None and bitmask is not None else None
-    grammar = r.sampler.grammar
-    in_grammar = grammar.seconds if grammar is not None else 0.0
-    try:
-        token = int(r.sampler.sample(row, r.grammar_first, bitmask=mask))
-        r.sampler.accept(token)
-    except NoValidTokenError as exc:
-        raise NoValidTokenError(f"{exc}; after {len(r.tokens)} generated tokens: "
-                                f"{bytes(r.out)[-40:]!r}") from exc
-    grammar_ms = ((grammar.seconds - in_grammar) * 1e3) if grammar is not None else 0.0
-    r.timings.mask_ms += grammar_ms
-    r.timings.sample_ms += (time.perf_counter() - t) * 1e3 - grammar_ms
-    return token
+    return _pick(r, t, i, bitmask, lambda mask: r.sampler.sample(row, r.grammar_first, bitmask=mask))
 
 
 def _sample_device(r: _Row, logits: torch.Tensor, i: int, bitmask: np.ndarray | None) -> int:
     """``_sample`` for a row whose chain runs on the logits' device."""
     from halter.engine.device_sampling import sample_on_device
     t = time.perf_counter()
+    return _pick(r, t, i, bitmask,
+                 lambda mask: sample_on_device(r.device, logits, r.sampler, r.grammar_first, mask))
+
+
+def _pick(r: _Row, t: float, i: int, bitmask: np.ndarray | None, choose: Any) -> int:
+    """Run ``choose(mask)`` for row ``i``, accept the token, and book the grammar's and the
+    sampler's time apart (started at ``t``)."""
+    mask = bitmask[i] if r.matcher is not None and bitmask is not None else None
     grammar = r.sampler.grammar
     in_grammar = grammar.seconds if grammar is not None else 0.0
-    mask = bitmask[i] if r.matcher is not None and bitmask is not None else None
     try:
-        token = sample_on_device(r.device, logits, r.sampler, r.grammar_first, mask)
+        token = int(choose(mask))
         r.sampler.accept(token)
     except NoValidTokenError as exc:
         raise NoValidTokenError(f"{exc}; after {len(r.tokens)} generated tokens: "
