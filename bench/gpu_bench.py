@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from engine_bench import decode_steps, with_mode   # bench/ is on sys.path when run as a script
+
 from halter.engine import Model, build_tiny_gguf
 
 
@@ -42,26 +44,6 @@ def median_s(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def with_mode(model: Model, mode: str) -> Model:
-    view = Model(model.path, model.config, model.net, model.rope, model.cache, model.n_batch, decode="eager")
-    view.set_decode(mode)
-    return view
-
-
-def decode_run(model: Model, prompt: list[int], batch: int, n: int):
-    seqs = list(range(batch))
-    model.cache.clear()
-    for s in seqs:
-        model.eval_prompt(prompt, s)
-
-    def run() -> None:
-        for _ in range(n):
-            model.decode([[11]] * batch, seqs)
-        for s in seqs:
-            model.cache.seq_rm(s, len(prompt), None)
-    return run
-
-
 def decode_table(model: Model, args: argparse.Namespace, out) -> None:
     weight_bytes = sum(t.numel() * t.element_size() for t in list(model.net.parameters()) + list(model.net.buffers()))
     dev = model.device
@@ -78,7 +60,7 @@ def decode_table(model: Model, args: argparse.Namespace, out) -> None:
     modes = {m: with_mode(model, m) for m in ("eager", "static", "cuda-graph")[:3 if dev.type == "cuda" else 2]}
     tps1 = {}
     for batch in (1, 16):
-        runs = {m: decode_run(v, prompt, batch, args.decode) for m, v in modes.items()}
+        runs = {m: decode_steps(v, prompt, batch, args.decode) for m, v in modes.items()}
         for run in runs.values():
             run()                                          # warm-up, graph capture
         times = {m: [] for m in runs}
