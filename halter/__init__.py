@@ -19,7 +19,7 @@ from halter.grammar.vocab import Vocabulary
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Model": ("halter.engine.model", "Model"),
+    "Model": ("halter.api", "Model"),
     "Tokenizer": ("halter.engine.tokenizer", "Tokenizer"),
     "generate": ("halter.api", "generate"),
     "generate_batch": ("halter.api", "generate_batch"),

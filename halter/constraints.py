@@ -17,13 +17,22 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
-from halter.errors import HalterError, SchemaError
+from halter.errors import GrammarError, HalterError, SchemaError
 
-__all__ = ["KINDS", "MissingDependencyError", "Resolved", "pick", "resolve", "json_value_parser"]
+if TYPE_CHECKING:
+    from halter.grammar import Grammar
+    from halter.grammar.compiled import CompiledGrammar
+    from halter.grammar.vocab import Vocabulary
+
+__all__ = ["KINDS", "Constraint", "JsonSchemaLike", "MissingDependencyError", "Resolved", "pick", "resolve",
+           "json_value_parser"]
 
 KINDS = ("grammar", "json_schema", "regex", "output_type", "response_format")
+
+JsonSchemaLike = Union[Mapping[str, Any], bool, str, type]
+"""A JSON Schema as a dict, a bool, JSON text, or a Pydantic model class."""
 
 
 class MissingDependencyError(HalterError, ImportError):
@@ -35,19 +44,41 @@ def _text(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class Constraint:
+    """A constraint compiled for one vocabulary: its grammar (``None``: unconstrained; or a token
+    matcher given as is) and the parser of accepted text into a value."""
+
+    compiled: Any                      # CompiledGrammar, a TokenMatcher, or None
+    parse: Callable[[str], Any] = _text
+
+    def matches(self, text: str) -> bool:
+        """Whether ``text`` is a whole match of the grammar (always True when unconstrained)."""
+        if self.compiled is None:
+            return True
+        grammar = getattr(self.compiled, "grammar", None) or self.compiled.compiled.grammar
+        try:
+            return bool(grammar.matches(text))
+        except GrammarError:                       # token-reference grammars match tokens, not text
+            return False
+
+
+@dataclass(frozen=True)
 class Resolved:
     """A resolved constraint: its grammar (``None``: unconstrained), or the already compiled
     grammar the caller passed, and the parser of accepted text."""
 
-    grammar: Any                       # halter.Grammar or None
+    grammar: "Grammar | None"
     parse: Callable[[str], Any] = _text
-    compiled: Any = None               # a CompiledGrammar given as is
+    compiled: "CompiledGrammar | None" = None      # a CompiledGrammar given as is
 
-    def compile(self, vocab: Any) -> Any:
+    def constraint(self, vocab: "Vocabulary") -> Constraint:
+        """The ``Constraint`` compiled for ``vocab``."""
+        return Constraint(self.compile(vocab), self.parse)
+
+    def compile(self, vocab: "Vocabulary") -> "CompiledGrammar | None":
         """The ``CompiledGrammar`` for ``vocab`` (``None`` when unconstrained)."""
         if self.compiled is not None:
             if self.compiled.vocab_size != vocab.size:
-                from halter.errors import GrammarError
                 raise GrammarError(f"the grammar was compiled for a vocabulary of {self.compiled.vocab_size} "
                                    f"tokens; this model's has {vocab.size}")
             return self.compiled

@@ -1,11 +1,60 @@
-"""Shared test helpers: where the shared data lives (skipping cleanly when it is absent), and
-loading a bench script as a module (the fuzz tests run small rounds of them)."""
+"""Shared test fixtures and helpers: the engine's tiny random GGUF models (built once per run),
+where the shared data lives (skipping cleanly when it is absent), and loading a bench script as a
+module (the fuzz tests run small rounds of them)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 import pytest
+
+# (arch, weight type) -> builder keywords. Q4_K needs rows of 256 values, so that model is wider.
+TINY_SPECS = {
+    ("llama", "F32"): {}, ("llama", "F16"): {}, ("llama", "Q8_0"): {},
+    ("llama", "Q4_K"): {"n_embd": 256, "n_ff": 512},
+    ("qwen2", "F32"): {}, ("qwen2", "F16"): {}, ("qwen2", "Q8_0"): {},
+    ("qwen2", "Q4_K"): {"n_embd": 256, "n_ff": 512},
+}
+
+
+def tiny_path(directory: str, arch: str, dtype: str) -> str:
+    """The file of the (arch, dtype) model of ``TINY_SPECS`` in ``tiny_gguf_dir``."""
+    return os.path.join(directory, f"{arch}-{dtype}.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A directory holding one tiny random model per (arch, dtype) of ``TINY_SPECS``, built once per run."""
+    from halter.engine import build_tiny_gguf
+
+    d = tmp_path_factory.mktemp("engine_models")
+    for (arch, dtype), kw in TINY_SPECS.items():
+        build_tiny_gguf(d / f"{arch}-{dtype}.gguf", arch=arch, dtype=dtype, seed=7, **kw)
+    return str(d)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_gguf_dir: str):
+    """The F32 llama (4 heads, 2 KV heads) as a ``halter.Model``, with room for 4 sequences of 64
+    tokens. Shared by the whole run: a test that fills the cache clears it (``model.cache.clear()``)."""
+    from halter import Model
+
+    return Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu", n_ctx=64,
+                      n_seq_max=4, progress=False)
+
+
+class Greedy:
+    """The argmax sampler: the loop's tests need a deterministic choice, nothing more."""
+
+    def __init__(self) -> None:
+        self.accepted: list[int] = []
+
+    def sample(self, logits) -> int:
+        return int(logits.argmax())
+
+    def accept(self, token: int) -> None:
+        self.accepted.append(token)
+
 
 # ../shared beside the checkout; HALTER_SHARED_DIR points elsewhere (a checkout in another place)
 SHARED = Path(os.environ.get("HALTER_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared")

@@ -18,7 +18,8 @@ import torch
 
 from halter.api import generate, generate_batch
 from halter.chat import ChatTemplateError
-from halter.engine import Model, build_tiny_gguf
+from halter import Model
+from halter.engine import build_tiny_gguf
 from halter.errors import GrammarError, IncompleteOutputError, SchemaError
 from halter.grammar import Grammar
 from halter.sampling import SamplingParams
@@ -276,3 +277,22 @@ def test_output_types_keep_to_what_pydantic_parses(model: Model) -> None:
                               ).matches('["2016-12-31T23:59:60Z"]')
     words = resolve_constraint(model, output_type=list[str])
     assert words.matches('["\\ud83d\\ude00"]') and not words.matches('["\\ud83d"]')
+
+
+def test_compiled_constraints_live_in_halter_cache(model: Model) -> None:
+    """The per-model memo of compiled constraints is a bounded ``halter.cache`` memo: reported by
+    ``halter.cache.info()`` and emptied by ``halter.cache.clear()``."""
+    import halter
+    from halter.api import resolve_constraint
+
+    first = resolve_constraint(model, regex="[0-9]{3}")
+    assert resolve_constraint(model, regex="[0-9]{3}") is first
+    memo = halter.cache.info()["memos"]["api.compiled_constraints"]
+    assert 1 <= memo["entries"] <= memo["max_entries"]
+    halter.cache.clear(disk=False)
+    assert halter.cache.info()["memos"]["api.compiled_constraints"]["entries"] == 0
+    again = resolve_constraint(model, regex="[0-9]{3}")
+    assert again is not first and again.matches("123") and not again.matches("12")
+    for i in range(memo["max_entries"] + 5):          # bounded: the oldest entries go
+        resolve_constraint(model, regex=f"x{i}")
+    assert halter.cache.info()["memos"]["api.compiled_constraints"]["entries"] == memo["max_entries"]

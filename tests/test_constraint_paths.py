@@ -12,7 +12,8 @@ import torch
 from halter import constraints
 from halter.api import generate, generate_batch
 from halter.cli import main
-from halter.engine import Model, build_tiny_gguf
+from halter import Model
+from halter.engine import build_tiny_gguf
 from halter.errors import HalterError, IncompleteOutputError
 from halter.grammar import Grammar
 

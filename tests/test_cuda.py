@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import halter
-from halter.engine import Model, build_tiny_gguf
+from halter import Model
+from halter.engine import build_tiny_gguf
 from halter.engine.qlinear import QLinear
 
 pytestmark = [pytest.mark.cuda,

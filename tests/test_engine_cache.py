@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine_fixtures import tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
+from tests.conftest import tiny_path
 from halter.engine import Model
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from halter.engine.generation import Request
-from tests.engine_fixtures import tiny_gguf_dir, tiny_llama  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.engine_fixtures import Greedy, tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
-from halter.engine import Model
+from tests.conftest import Greedy
+from halter import Model
 from halter.engine.generation import complete_utf8_prefix
 
 
@@ -37,7 +37,7 @@ def test_greedy_generation_feeds_each_token_back(model: Model) -> None:
     assert res.finish_reason == "length" and len(res.tokens) == 12
     for i, tok in enumerate(res.tokens):       # each token is the argmax given everything before it
         assert int(model.logits(PROMPT + res.tokens[:i])[-1].argmax()) == tok
-    assert res.prompt_tokens == len(PROMPT) and res.timings.generated_tokens == 12
+    assert res.usage.prompt_tokens == len(PROMPT) and res.timings.generated_tokens == 12
 
 
 def test_end_of_generation_token_stops(model: Model) -> None:
@@ -51,8 +51,8 @@ def test_stop_string_is_cut_and_never_streamed(model: Model) -> None:
     stream = model.generate(PROMPT, max_tokens=50, sampler=Script(list(text.encode())),
                             stop=["STOP"], stream=True)
     pieces = list(stream)
-    assert "".join(pieces) == "say " == stream.result.text
-    assert stream.result.finish_reason == "stop_string"
+    assert "".join(pieces) == "say " == stream.completion.text
+    assert stream.completion.finish_reason == "stop_string"
     assert not any("S" in p for p in pieces)
 
 
@@ -62,7 +62,7 @@ def test_streaming_never_splits_a_utf8_character(model: Model) -> None:
                             sampler=Script(list(text.encode())), stream=True)
     pieces = list(stream)
     assert "".join(pieces) == text and all("\ufffd" not in p for p in pieces)
-    assert len(pieces) > 5 and stream.result.finish_reason == "length"
+    assert len(pieces) > 5 and stream.completion.finish_reason == "length"
 
 
 def test_complete_utf8_prefix() -> None:

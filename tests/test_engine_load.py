@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine_fixtures import tiny_gguf_dir, tiny_path  # noqa: F401 (fixture)
+from tests.conftest import tiny_path
 from halter.engine import Model
 from halter.errors import ModelLoadError
 

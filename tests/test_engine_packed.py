@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from halter.engine import Model, build_tiny_gguf
+from halter import Model
+from halter.engine import build_tiny_gguf
 from halter.engine.dequant import GGML_TYPES, SCALE_FIELDS, dequantize_blocks
 from halter.engine.gguf_loader import read_layout
 from halter.engine.qlinear import QEmbedding, QLinear, weight_bytes

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine_fixtures import TINY_SPECS, tiny_gguf_dir, tiny_path  # noqa: F401 (fixture)
+from tests.conftest import TINY_SPECS, tiny_path
 from halter.engine import Model
 
 transformers = pytest.importorskip("transformers")

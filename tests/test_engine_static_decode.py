@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine_fixtures import Greedy, tiny_gguf_dir, tiny_llama, tiny_path  # noqa: F401 (fixtures)
-from halter.engine import Model
+from tests.conftest import Greedy, tiny_path
+from halter import Model
 from halter.engine.generation import Request, Timings, shift_context
 from halter.engine.static_decode import bucket_sizes, resolve_mode, span_sizes
 

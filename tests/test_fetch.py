@@ -15,7 +15,7 @@ import torch
 from halter.cli import main
 from halter.errors import FetchError, HalterError
 from halter.fetch import models_dir, pull, split_hf_path
-from tests.engine_fixtures import tiny_gguf_dir, tiny_path  # noqa: F401 (fixture)
+from tests.conftest import tiny_path
 from tests.hub_server import HubServer
 
 pytest.importorskip("huggingface_hub")

@@ -11,11 +11,11 @@ from halter.engine import Model
 from halter.engine.generation import Request, generate
 from halter.engine.scheduler import Piece, QueueFullError, Scheduler
 from halter.grammar import Grammar
-from tests.engine_fixtures import tiny_gguf_dir, tiny_path  # noqa: F401 - session fixture
+from tests.conftest import tiny_path
 
 
 @pytest.fixture(scope="module")
-def model(tiny_gguf_dir: str) -> Model:  # noqa: F811
+def model(tiny_gguf_dir: str) -> Model:
     return Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu", n_ctx=256, n_seq_max=4,
                       n_batch=8, progress=False)
 

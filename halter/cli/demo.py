@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 def run_real_demo(path: Any) -> int:
     """The three real tasks on the model at ``path``; 0 when all three pass their checks."""
     from halter.cli.demo_real import TASKS, run_real
-    from halter.engine import Model
+    from halter.api import Model
 
     t0 = time.perf_counter()
     model = Model.load(path, device="cpu", n_ctx=512, progress=False)
@@ -97,7 +97,7 @@ def run_tiny(args: argparse.Namespace) -> int:
     import torch
 
     from halter.api import generate
-    from halter.engine import Model
+    from halter.api import Model
 
     torch.set_num_threads(1)           # a dim-64 model is fastest on one thread
     t0 = time.perf_counter()

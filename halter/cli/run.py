@@ -120,7 +120,7 @@ def _sampling(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from halter.api import generate
-    from halter.engine import Model
+    from halter.api import Model
 
     constraint, where = constraint_from_args(args)
     prompt: Any = args.prompt if args.prompt is not None else _read(args.file, "prompt file")

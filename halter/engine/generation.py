@@ -1,43 +1,54 @@
-"""The generation loop: N independent requests decoded together in the model's KV cache.
+"""One request of the generation loop: its description, its state, and the per-token steps.
 
-Each ``Request`` has its own prompt, sampler chain, optional grammar, stop strings, ``max_tokens``
-and seed; each occupies one cache sequence (two with classifier-free guidance: the negative prompt
-is its second sequence). Prompts are evaluated in chunks of ``n_batch``; then every step
+A ``Request`` holds one sequence's prompt, sampler chain (or sampling parameters), optional
+grammar, stop strings, ``max_tokens``, seed and the value parser of its constraint. ``_Row`` is
+its state in the loop: tokenized prompts (the negative prompt of classifier-free guidance is a
+second cache sequence), the ``CommonSampler`` (chain + grammar matcher), the text so far; it
+ends in a ``halter.completion.Completion`` whose ``complete`` comes from the matcher's final state.
 
-1. the forward pass for the tokens just sampled has been launched (asynchronous on CUDA);
-2. on CUDA, the CPU computes every grammar row's next-token bitmask meanwhile (on the CPU the
-   sampler builds a mask only when it needs one: grammar-first, or a rejected token);
-3. the logits are read (the one device -> host synchronisation per step), combined with the
-   guidance row if any, and each row is sampled by its ``CommonSampler`` (grammar-first or
-   resample-on-reject, with the bitmask from step 2), accepted, and checked for an end;
-4. a sequence that filled its context is shifted (llama.cpp: keep ``n_keep``, drop half of the
-   rest), and one batched forward pass is launched for the rows still running (``Model.decode``
-   with one token per row: the static step of ``halter.engine.static_decode`` — a CUDA graph
-   replay by default on CUDA — unless the model's decode mode is eager; prompts stay eager).
-
-More requests than cache sequences run in consecutive chunks. ``generate`` is this loop with one
-request; ``generate_batch`` maps a list of requests onto it.
+The loop itself is ``halter.engine.scheduler.Scheduler`` (continuous batching: requests join and
+leave between decode steps). ``generate`` runs it with one request on the calling thread (or
+streams it), ``generate_batch`` with many; ``halter serve`` runs it on a background thread. The
+per-token steps it shares with nothing else live here: ``sample_host`` / ``sample_device`` (one
+token, grammar and sampler time booked apart), ``advance`` (record a token, detect the end) and
+``shift_context`` (llama.cpp's context shift when a sequence is full).
 """
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, Union
 
 import numpy as np
 import torch
 
-from halter.engine.results import (FINISH_REASONS, GenerationResult, Stream, Timings,  # noqa: F401
-                                   complete_utf8_prefix, find_stop, releasable)
-from halter.errors import NoValidTokenError
-from halter.grammar.bitmask import allocate_bitmask
+from halter import cache
+from halter.completion import Completion, CompletionStream, Timings, Usage
+from halter.engine.pieces import complete_utf8_prefix, find_stop, releasable  # noqa: F401
+from halter.errors import GrammarError, NoValidTokenError
 
 if TYPE_CHECKING:
     from halter.engine.model import Model
+    from halter.grammar import Grammar
+    from halter.grammar.compiled import CompiledGrammar
+    from halter.grammar.token_matcher import TokenMatcher
+    from halter.sampling import SamplingParams
 
-__all__ = ["GenerationResult", "Request", "Stream", "Timings", "generate", "generate_batch",
+__all__ = ["GrammarLike", "Request", "Timings", "TokenSampler", "generate", "generate_batch", "run",
            "shift_context"]
+
+
+class TokenSampler(Protocol):
+    """What ``sampler=`` takes: picks a token id from one logits row, then is told the choice
+    (``halter.sampling.SamplerChain`` is one)."""
+
+    def sample(self, logits: np.ndarray) -> int: ...
+
+    def accept(self, token: int) -> None: ...
+
+
+GrammarLike = Union[str, "Grammar", "CompiledGrammar", "TokenMatcher"]
+"""GBNF text, a ``Grammar``, a ``CompiledGrammar``, or a ``TokenMatcher`` (copied, never advanced)."""
 
 
 @dataclass(frozen=True)
@@ -45,16 +56,17 @@ class Request:
     """One sequence to generate; the keywords of ``generate`` (see there) as a value.
 
     ``sampler`` (any object with ``sample(logits) -> int`` and ``accept(token)``) excludes
-    ``sampling``/``seed``/``sampling_fields``, which otherwise build llama.cpp's chain.
+    ``sampling``/``seed``/``sampling_fields``, which otherwise build llama.cpp's chain. ``parse``
+    turns the accepted text into the ``Completion``'s ``value`` (default: the text itself).
     """
 
     prompt: str | Sequence[int]
     max_tokens: int = 256
-    sampling: Any = None
-    sampler: Any = None
+    sampling: "SamplingParams | None" = None
+    sampler: TokenSampler | None = None
     seed: int | None = None
     sampling_fields: Mapping[str, Any] = field(default_factory=dict)
-    grammar: Any = None
+    grammar: GrammarLike | None = None
     grammar_first: bool = False
     stop: str | Sequence[str] = ()
     n_keep: int = 0
@@ -63,15 +75,18 @@ class Request:
     cfg_negative_prompt: str | Sequence[int] | None = None
     cfg_scale: float = 1.0
     device_sampling: bool | None = None
+    parse: Callable[[str], Any] | None = None
 
 
 def generate(model: "Model", prompt: str | Sequence[int], *, max_tokens: int = 256,
-             sampling: Any = None, sampler: Any = None, grammar: Any = None,
+             sampling: "SamplingParams | None" = None, sampler: TokenSampler | None = None,
+             grammar: GrammarLike | None = None,
              stop: str | Sequence[str] = (), seed: int | None = None, stream: bool = False,
              grammar_first: bool = False, n_keep: int = 0, add_bos: bool | None = None,
              parse_special: bool = False, cfg_negative_prompt: str | Sequence[int] | None = None,
              cfg_scale: float = 1.0, seq_id: int = 0, device_sampling: bool | None = None,
-             **sampling_fields: Any) -> GenerationResult | Stream:
+             parse: Callable[[str], Any] | None = None,
+             **sampling_fields: Any) -> Completion | CompletionStream:
     """Continue ``prompt`` (text, tokenized with BOS per the vocabulary, or token ids).
 
     ``sampler`` is any object with ``sample(logits) -> int`` and ``accept(token)`` (e.g. a
@@ -83,56 +98,52 @@ def generate(model: "Model", prompt: str | Sequence[int], *, max_tokens: int = 2
     context shifts. ``cfg_negative_prompt`` with ``cfg_scale != 1`` enables classifier-free
     guidance in cache sequence ``seq_id + 1``. ``device_sampling`` (None: on CUDA when the chain
     has a device version; True: required; False: the host chain) samples where the logits are
-    (``halter.engine.device_sampling``). Returns a ``GenerationResult``, or with ``stream=True`` a
-    ``Stream`` of text pieces.
+    (``halter.engine.device_sampling``). Returns a ``Completion``, or with ``stream=True`` a
+    ``CompletionStream`` of text pieces.
     """
     req = Request(prompt, max_tokens=max_tokens, sampling=sampling, sampler=sampler, seed=seed,
                   sampling_fields=sampling_fields, grammar=grammar, grammar_first=grammar_first,
                   stop=stop, n_keep=n_keep, add_bos=add_bos, parse_special=parse_special,
                   cfg_negative_prompt=cfg_negative_prompt, cfg_scale=cfg_scale,
-                  device_sampling=device_sampling)
+                  device_sampling=device_sampling, parse=parse)
+    return run(model, req, stream=stream, seq_id=seq_id)
+
+
+def run(model: "Model", req: Request, *, stream: bool = False, seq_id: int = 0) -> Completion | CompletionStream:
+    """``generate`` for a ``Request``: cache sequence ``seq_id`` (and the next under guidance)."""
+    from halter.engine.scheduler import Scheduler
+
     row = _Row.prepare(model, req)
     if seq_id < 0 or seq_id + len(row.prompts) > model.cache.n_seq:
         need = "classifier-free guidance needs cache sequence" if len(row.prompts) > 1 else "no cache sequence"
         raise ValueError(f"{need} {seq_id + len(row.prompts) - 1}; load the model with "
                          f"n_seq_max >= {seq_id + len(row.prompts)}")
-    row.seqs = list(range(seq_id, seq_id + len(row.prompts)))
-    events = _single(model, row)
+    sched = Scheduler(model, seqs=range(seq_id, seq_id + len(row.prompts)),
+                      n_batch=sum(len(p) for p in row.prompts))
+    job = sched.enqueue(row)
     if stream:
-        return Stream(events)
-    for event in events:
-        if isinstance(event, GenerationResult):
-            return event
-    raise AssertionError("generation ended without a result")  # pragma: no cover
+        return CompletionStream(sched.stream(job), job.wait)
+    sched.run()
+    return job.wait()
 
 
-def generate_batch(model: "Model", requests: Sequence[Request]) -> list[GenerationResult]:
-    """Run ``requests`` together, one batched forward pass per step; results in request order.
+def generate_batch(model: "Model", requests: Sequence[Request]) -> list[Completion]:
+    """Run ``requests`` together on the scheduler, one batched forward pass per step; results in
+    request order (the first failed request's error is raised once all have ended).
 
-    Requests are packed into the cache's ``n_seq_max`` sequences (a guided request takes two);
-    more run in consecutive chunks. Row ``i`` equals ``generate`` with the same arguments.
+    Every prompt is read before the first token is sampled; the requests share the cache's
+    ``n_seq_max`` sequences (a guided request takes two), and a request waiting for a sequence
+    joins as soon as one is free. Row ``i`` equals ``generate`` with the same arguments.
     """
+    from halter.engine.scheduler import Scheduler
+
     rows = [_Row.prepare(model, r, f" (request {i})") for i, r in enumerate(requests)]
-    chunks: list[list[_Row]] = [[]]
-    used = 0
-    for row in rows:
-        if used + len(row.prompts) > model.cache.n_seq:
-            chunks.append([])
-            used = 0
-        row.seqs = list(range(used, used + len(row.prompts)))
-        used += len(row.prompts)
-        chunks[-1].append(row)
-    for chunk in chunks:
-        if chunk:
-            for _ in _decode(model, chunk):
-                pass
-    return [r.result() for r in rows]
-
-
-def _single(model: "Model", row: "_Row") -> Iterator[str | GenerationResult]:
-    for _, piece in _decode(model, [row]):
-        yield piece
-    yield row.result()
+    if not rows:
+        return []
+    sched = Scheduler(model, max_queue=len(rows), n_batch=sum(len(p) for r in rows for p in r.prompts))
+    jobs = [sched.enqueue(row) for row in rows]
+    sched.run()
+    return [job.wait() for job in jobs]
 
 
 def shift_context(model: "Model", seq: int, n_keep: int, timings: Timings) -> None:
@@ -145,9 +156,6 @@ def shift_context(model: "Model", seq: int, n_keep: int, timings: Timings) -> No
     model.cache.seq_rm(seq, n_keep, n_keep + n_discard)
     model.cache.seq_add(seq, n_keep + n_discard, n_past, -n_discard)
     timings.context_shifts += 1
-
-
-_shift_context = shift_context          # the name earlier callers used
 
 
 def _make_sampler(model: "Model", req: Request) -> Any:
@@ -169,11 +177,14 @@ def _make_sampler(model: "Model", req: Request) -> Any:
     return CommonSampler(chain, _make_matcher(model, req.grammar))
 
 
-@functools.lru_cache(maxsize=32)
 def _grammar_from_text(text: str) -> Any:
-    """The same ``Grammar`` for the same GBNF text, so that its compiled masks carry over between calls."""
+    """The same ``Grammar`` for the same GBNF text, so that its compiled masks carry over between
+    calls (a ``halter.cache`` memo)."""
     from halter.constraints import resolve
-    return resolve(grammar=text).grammar
+    return _GBNF_MEMO.get_or_make(text, lambda: resolve(grammar=text).grammar)
+
+
+_GBNF_MEMO = cache.memo("engine.gbnf_grammars", 32)
 
 
 def _make_matcher(model: "Model", grammar: Any) -> Any:
@@ -208,6 +219,7 @@ class _Row:
     reason: str = "length"
     done: bool = False
     device: Any = None                     # DeviceSampler when this row samples on the device
+    parse: Callable[[str], Any] | None = None
 
     @classmethod
     def prepare(cls, model: "Model", req: Request, where: str = "") -> "_Row":
@@ -249,121 +261,59 @@ class _Row:
             raise ValueError(f"{exc}{where}") from None
         return cls(prompts, keep, sampler, [s.encode() for s in stops], req.max_tokens,
                    req.grammar_first, req.cfg_scale if use_cfg else None,
-                   timings=Timings(prompt_tokens=len(prompts[0])), device=device)
+                   timings=Timings(prompt_tokens=len(prompts[0])), device=device, parse=req.parse)
 
     @property
     def matcher(self) -> Any:
         return None if self.sampler.grammar is None else self.sampler.grammar.matcher
 
-    def result(self) -> GenerationResult:
-        return GenerationResult(text=self.out.decode("utf-8", errors="replace"), tokens=self.tokens,
-                                finish_reason=self.reason, prompt_tokens=len(self.prompts[0]),  # type: ignore[arg-type]
-                                timings=self.timings, seed=self.sampler.seed, matcher=self.matcher)
+    def result(self) -> Completion:
+        """The ``Completion`` of this row (its matcher in its final state)."""
+        text = self.out.decode("utf-8", errors="replace")
+        matcher, reason = self.matcher, self.reason
+        if matcher is None or reason in ("stop", "grammar"):
+            complete = True                    # EOG is only allowed where the grammar may end
+        elif reason == "length":
+            complete = bool(matcher.is_accepting())
+        else:                                  # stop string: the text was cut, check it afresh
+            try:
+                complete = bool(matcher.compiled.grammar.matches(text))
+            except GrammarError:               # token-reference grammars match tokens, not text
+                complete = False
+        return Completion(text=text, complete=complete, finish_reason=reason,  # type: ignore[arg-type]
+                          tokens=self.tokens, usage=Usage(len(self.prompts[0]), len(self.tokens)),
+                          seed=self.sampler.seed, timings=self.timings,
+                          _parse=self.parse if self.parse is not None else _text, matcher=matcher)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _text(text: str) -> str:
+    return text
 
 
-def _decode(model: "Model", rows: list[_Row]) -> Iterator[tuple[int, str]]:
-    """Decode ``rows`` (their ``seqs`` assigned, distinct) to the end; yields (row, text piece)."""
-    vocab = model.vocab
-    eog = set(vocab.eog_ids)
-    token_bytes = vocab.token_bytes
-    n_text = len(token_bytes)
-    dev = model.device
-    order: list[tuple[int, int]] = []                    # stacked logits row -> (row, prompt k)
-    logits = []
-    for i, r in enumerate(rows):
-        t0 = time.perf_counter()
-        r.sampler.accept_prompt(r.prompts[0])              # penalties see the prompt, grammar does not
-        for k, (seq, toks) in enumerate(zip(r.seqs, r.prompts)):
-            model.cache.clear(seq)
-            logits.append(model.eval_prompt(toks, seq))
-            order.append((i, k))
-        _sync(dev)
-        r.timings.prompt_ms = (time.perf_counter() - t0) * 1e3
-        r.done = r.max_tokens == 0
-    logits_dev = torch.stack(logits)
-    overlap = dev.type == "cuda"
-    bitmask = allocate_bitmask(len(rows), n_text) if overlap and any(r.matcher is not None for r in rows) else None
-    t_loop = time.perf_counter()
-    while True:
-        active = [i for i, r in enumerate(rows) if not r.done]
-        if not active:
-            break
-        # The forward pass for this step was launched already (async on CUDA): compute the masks
-        # now, for free. On the CPU the pass has finished, so nothing is gained by computing a mask
-        # before sampling: the sampler checks the chosen token alone and builds a mask only when
-        # it needs one (grammar-first, or a rejected token), as llama.cpp's common sampler does.
-        for i in active:
-            r = rows[i]
-            if r.matcher is not None and overlap:
-                t = time.perf_counter()
-                bitmask[i].fill(-1)
-                r.matcher.fill_bitmask(bitmask[i])
-                r.timings.mask_ms += (time.perf_counter() - t) * 1e3
-        # the one device -> host sync per step; rows sampled on the device bring back their id only
-        host = None if all(rows[i].device is not None for i in active) else logits_dev.float().cpu().numpy()
-        where = {key: n for n, key in enumerate(order)}
-        feed: list[tuple[int, int]] = []
-        for i in active:
-            if rows[i].device is not None:
-                token = _sample_device(rows[i], logits_dev[where[(i, 0)]], i, bitmask)
-            else:
-                token = _sample(rows[i], host, where, i, bitmask, token_bytes)
-            if _advance(rows[i], token, eog, token_bytes, n_text):
-                feed.append((i, token))
-        order, tokens, seqs = [], [], []
-        for i, token in feed:                            # launch the next forward pass
-            r = rows[i]
-            for k, seq in enumerate(r.seqs):
-                if model.cache.seq_pos_max(seq) + 1 >= model.n_ctx:
-                    shift_context(model, seq, r.keep[k], r.timings)
-                order.append((i, k))
-                tokens.append([token])
-                seqs.append(seq)
-        if seqs:
-            logits_dev = model.decode(tokens, seqs)
-        for i in active:
-            r = rows[i]
-            safe = len(r.out) if r.done else releasable(r.out, r.stops)
-            if safe > r.emitted:
-                yield i, r.out[r.emitted:safe].decode("utf-8", errors="replace")
-                r.emitted = safe
-            if r.done:
-                r.timings.generated_tokens = len(r.tokens)
-                r.timings.decode_ms = (time.perf_counter() - t_loop) * 1e3
-    _sync(dev)
-
-
-def _sample(r: _Row, host: np.ndarray, where: dict[tuple[int, int], int], i: int,
-            bitmask: np.ndarray | None, token_bytes: list[bytes]) -> int:
-    """Sample and accept row ``i``'s next token from the step's logits."""
+def sample_host(r: _Row, row: np.ndarray, neg: np.ndarray | None, bitmask: np.ndarray | None) -> int:
+    """Sample and accept ``r``'s next token from its host logits ``row`` (``neg``: the guidance
+    row); ``bitmask`` is the grammar's mask when it was computed ahead (else ``None``)."""
     t = time.perf_counter()
-    row = host[where[(i, 0)]]
-    if r.cfg_scale is not None:                          # llama.cpp's guidance on log-probabilities
+    if r.cfg_scale is not None and neg is not None:      # llama.cpp's guidance on log-probabilities
         lp = row - np.logaddexp.reduce(row)
-        neg = host[where[(i, 1)]]
         lg = neg - np.logaddexp.reduce(neg)
         row = r.cfg_scale * (lp - lg) + lg
     row = np.ascontiguousarray(row, dtype=np.float32)
-    return _pick(r, t, i, bitmask, lambda mask: r.sampler.sample(row, r.grammar_first, bitmask=mask))
+    return _pick(r, t, bitmask, lambda mask: r.sampler.sample(row, r.grammar_first, bitmask=mask))
 
 
-def _sample_device(r: _Row, logits: torch.Tensor, i: int, bitmask: np.ndarray | None) -> int:
-    """``_sample`` for a row whose chain runs on the logits' device."""
+def sample_device(r: _Row, logits: torch.Tensor, bitmask: np.ndarray | None) -> int:
+    """``sample_host`` for a row whose chain runs on the logits' device."""
     from halter.engine.device_sampling import sample_on_device
     t = time.perf_counter()
-    return _pick(r, t, i, bitmask,
+    return _pick(r, t, bitmask,
                  lambda mask: sample_on_device(r.device, logits, r.sampler, r.grammar_first, mask))
 
 
-def _pick(r: _Row, t: float, i: int, bitmask: np.ndarray | None, choose: Any) -> int:
-    """Run ``choose(mask)`` for row ``i``, accept the token, and book the grammar's and the
-    sampler's time apart (started at ``t``)."""
-    mask = bitmask[i] if r.matcher is not None and bitmask is not None else None
+def _pick(r: _Row, t: float, bitmask: np.ndarray | None, choose: Any) -> int:
+    """Run ``choose(mask)``, accept the token, and book the grammar's and the sampler's time
+    apart (started at ``t``)."""
+    mask = bitmask if r.matcher is not None else None
     grammar = r.sampler.grammar
     in_grammar = grammar.seconds if grammar is not None else 0.0
     try:
@@ -378,7 +328,7 @@ def _pick(r: _Row, t: float, i: int, bitmask: np.ndarray | None, choose: Any) ->
     return token
 
 
-def _advance(r: _Row, token: int, eog: set[int], token_bytes: list[bytes], n_text: int) -> bool:
+def advance(r: _Row, token: int, eog: set[int], token_bytes: list[bytes], n_text: int) -> bool:
     """Record ``token``; return whether the row continues (else ``r.reason`` says why it ended)."""
     if token in eog:
         r.reason, r.done = "stop", True

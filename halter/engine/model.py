@@ -1,11 +1,12 @@
 """``Model``: a GGUF file loaded into the PyTorch transformer, with its KV cache and tokenizer.
 
-This is the object users hold. ``Model.load`` picks the device and dtype, reads and dequantizes
-the file, fuses Q/K/V and allocates the cache; ``decode`` evaluates tokens appended to cached
-sequences (llama.cpp's ``llama_decode``); ``logits`` is the stateless convenience for a whole
-token list; ``generate`` / ``generate_batch`` run the loop in ``halter.engine.generation``;
-calling the model (``model(prompt, output_type)``) is the structured-output shortcut. One-token
+``Model.load`` picks the device and dtype, reads and dequantizes the file, fuses Q/K/V and
+allocates the cache; ``decode`` evaluates tokens appended to cached sequences (llama.cpp's
+``llama_decode``); ``logits`` is the stateless convenience for a whole token list. One-token
 decode steps go through ``halter.engine.static_decode`` in the static modes (``set_decode``).
+This class only decodes: the generation loop is ``halter.engine.scheduler`` (driven by
+``halter.engine.generation``), and ``halter.Model`` (``halter.api``) adds ``generate``,
+``generate_batch`` and ``model(...)`` on top.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from halter.engine.transformer import Transformer
 from halter.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from halter.engine.generation import GenerationResult, Request, Stream
+    from halter.engine.tokenizer import Tokenizer
+    from halter.grammar.vocab import Vocabulary
 
 
 def default_device() -> torch.device:
@@ -160,8 +162,8 @@ class Model:
                  cache: KVCache, n_batch: int, decode: str = "auto") -> None:
         self.path, self.config, self.net, self.rope, self.cache = path, config, net, rope, cache
         self.n_batch = n_batch
-        self._tokenizer: Any = None
-        self._vocab: Any = None
+        self._tokenizer: "Tokenizer | None" = None
+        self._vocab: "Vocabulary | None" = None
         self._static: StaticDecoder | None = None
         self.decode_mode = "eager"
         self.set_decode(decode)
@@ -261,7 +263,7 @@ class Model:
         return self.config.n_vocab
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> "Tokenizer":
         """The GGUF file's tokenizer (``halter.engine.tokenizer.Tokenizer``), loaded on first use."""
         if self._tokenizer is None:
             from halter.engine.tokenizer import Tokenizer
@@ -269,7 +271,7 @@ class Model:
         return self._tokenizer
 
     @property
-    def vocab(self) -> Any:
+    def vocab(self) -> "Vocabulary":
         """The file's ``halter.grammar.vocab.Vocabulary`` (token bytes, EOG ids), the tokenizer's."""
         if self._vocab is None:
             try:
@@ -338,41 +340,6 @@ class Model:
             return self.eval_prompt(tokens, 0, all_logits=True).cpu()
         finally:
             self.cache.clear(0)
-
-    def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> "GenerationResult | Stream":
-        """Generate a continuation of ``prompt``; see ``halter.engine.generation.generate``.
-
-        The constraint is ``grammar=`` or one of ``json_schema=``, ``regex=``, ``output_type=``,
-        ``response_format=`` (with ``schema_options=``), resolved as ``halter.generate`` does
-        (``halter.constraints``); the result is the engine's ``GenerationResult`` (text, tokens).
-        """
-        from halter.constraints import KINDS, resolve
-        from halter.engine.generation import generate
-        given = {k: kwargs.pop(k) for k in KINDS if kwargs.get(k) is not None}
-        options = kwargs.pop("schema_options", None)
-        if given and not (set(given) == {"grammar"} and not isinstance(given["grammar"], str)):
-            kwargs["grammar"] = resolve(**given, schema_options=options).compile(self.vocab)
-        elif given:
-            kwargs["grammar"] = given["grammar"]
-        return generate(self, prompt, **kwargs)
-
-    def generate_batch(self, requests: "Sequence[Request]") -> "list[GenerationResult]":
-        """Decode several ``Request``s together; see ``halter.engine.generation.generate_batch``."""
-        from halter.engine.generation import generate_batch
-        return generate_batch(self, requests)
-
-    def __call__(self, prompt: Any, output_type: Any = None, **kwargs: Any) -> Any:
-        """The validated value of ``halter.generate(self, prompt, output_type=output_type, **kwargs)``.
-
-        Outlines' shortcut: ``model("A pet:", Pet, max_tokens=60)`` returns a ``Pet``. Other
-        constraints (``json_schema=``, ``regex=``, ``grammar=``) may be passed instead of
-        ``output_type``; without any the text is returned. An unfinished output raises
-        ``IncompleteOutputError`` (its ``.completion`` has the text so far).
-        """
-        if kwargs.get("stream"):
-            raise TypeError("model(...) returns a value; for streaming use halter.generate(..., stream=True)")
-        from halter.api import generate
-        return generate(self, prompt, output_type=output_type, **kwargs).value
 
     def __repr__(self) -> str:
         c = self.config

@@ -15,9 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from halter.api import Constraint, _finish, _prompt_args, resolve_constraint
+from halter.api import _prompt_args, resolve_constraint
 from halter.chat import ChatTemplateError, chat_template_of
 from halter.completion import Completion
+from halter.constraints import Constraint
 from halter.engine.generation import Request
 from halter.engine.scheduler import Job, QueueFullError, Scheduler
 from halter.errors import GrammarError, HalterError, LimitError, SchemaError
@@ -45,7 +46,7 @@ class Submitted:
     def completion(self, job: Job) -> Completion:
         """The job's ``Completion`` (``complete`` says whether the grammar accepted the whole output)."""
         assert job.result is not None
-        return _finish(self.constraint, job.result)
+        return job.result
 
     def cancel(self) -> None:
         for job in self.jobs:
@@ -94,7 +95,8 @@ class Backend:
             for i in range(spec.n):
                 seed = None if spec.seed is None else (spec.seed + i) % 2**32
                 req = Request(tokens, max_tokens=max_tokens, sampling=params, seed=seed,
-                              grammar=constraint.compiled, stop=spec.stop, grammar_first=spec.grammar_first)
+                              grammar=constraint.compiled, parse=constraint.parse, stop=spec.stop,
+                              grammar_first=spec.grammar_first)
                 jobs.append(self.scheduler.submit(req, logprobs=spec.logprobs,
                                                   sink=lambda ev, i=i: sink(i, ev)))
         except QueueFullError as err:

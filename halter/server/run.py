@@ -13,7 +13,7 @@ def build_backend(model_path: str, *, ctx_size: int = 0, parallel: int = 4, batc
                   progress: bool = False) -> Any:
     """The ``Backend`` for ``model_path``: ``parallel`` cache sequences, each ``ctx_size // parallel``
     tokens long (``ctx_size=0``: the model's training context, at most 4096, per sequence)."""
-    from halter.engine import Model
+    from halter.api import Model
     from halter.server.backend import Backend
 
     if parallel < 1:

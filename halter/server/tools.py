@@ -10,19 +10,15 @@ not use them gets a system message describing them and the call format instead.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
-from halter.api import Constraint
-from halter.constraints import json_value_parser
+from halter.api import model_memo
+from halter.constraints import Constraint, json_value_parser
 
 __all__ = ["call_schema", "tool_calls_of", "tool_constraint", "tools_system_message"]
 
 _AUTO_ROOT = "halter-tool-or-text"
-_cache: "OrderedDict[tuple, Constraint]" = OrderedDict()
-_lock = threading.Lock()
 
 
 def call_schema(functions: Sequence[Mapping[str, Any]], choice: Any) -> dict[str, Any]:
@@ -40,12 +36,13 @@ def call_schema(functions: Sequence[Mapping[str, Any]], choice: Any) -> dict[str
 
 
 def tool_constraint(model: Any, functions: Sequence[Mapping[str, Any]], choice: Any) -> Constraint:
-    """The compiled grammar of a tool-calling request (kept for the next request with the same tools)."""
-    key = (id(model), json.dumps([functions, choice], sort_keys=True, default=str))
-    with _lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
+    """The compiled grammar of a tool-calling request (kept in ``halter.cache`` for the next
+    request with the same tools)."""
+    key = ("tools", json.dumps([functions, choice], sort_keys=True, default=str))
+    return model_memo(model, key, lambda: _tool_constraint(model, functions, choice))
+
+
+def _tool_constraint(model: Any, functions: Sequence[Mapping[str, Any]], choice: Any) -> Constraint:
     from halter.grammar import Grammar
     from halter.schemas import json_schema_to_gbnf
 
@@ -54,15 +51,9 @@ def tool_constraint(model: Any, functions: Sequence[Mapping[str, Any]], choice: 
         gbnf = json_schema_to_gbnf(schema) + \
             f"\n{_AUTO_ROOT} ::= root | halter-text\nhalter-text ::= [^{{] .*\n"
         grammar = Grammar.from_gbnf(gbnf, root=_AUTO_ROOT)
-        constraint = Constraint(grammar.compile(model.vocab), lambda text: text)
-    else:
-        grammar = Grammar.from_json_schema(schema)
-        constraint = Constraint(grammar.compile(model.vocab), json_value_parser(schema))
-    with _lock:
-        _cache[key] = constraint
-        while len(_cache) > 32:
-            _cache.popitem(last=False)
-    return constraint
+        return Constraint(grammar.compile(model.vocab), lambda text: text)
+    grammar = Grammar.from_json_schema(schema)
+    return Constraint(grammar.compile(model.vocab), json_value_parser(schema))
 
 
 def tool_calls_of(text: str) -> list[dict[str, Any]] | None:
