@@ -27,7 +27,8 @@ import time
 
 import torch
 
-from halter.engine import Model, build_tiny_gguf
+from halter import Model
+from halter.engine import build_tiny_gguf
 
 
 def with_mode(model: Model, mode: str, **kw) -> Model:

@@ -47,7 +47,7 @@ def _prompt_ids(n: int, n_vocab: int) -> list[int]:
 
 def child_halter(a: dict) -> dict:
     import torch
-    from halter.engine import Model
+    from halter import Model
     from halter.engine.generation import Request
     base = _rss_mb()
     t = time.perf_counter()

@@ -25,7 +25,8 @@ from collections import defaultdict
 
 import torch
 
-from halter.engine import Model, build_tiny_gguf
+from halter import Model
+from halter.engine import build_tiny_gguf
 
 _GROUPS = (                                  # (group, substrings of the profiler's op names)
     ("int4 matmul", ("_weight_int4pack_mm",)),

@@ -242,7 +242,7 @@ def run_gguf(case: dict, ctx: dict) -> None:
     sys.path.insert(0, str(HERE))
     import gguf_corrupt
 
-    from halter.engine import Model
+    from halter import Model
     from halter.grammar.vocab import Vocabulary
     base = ctx.get("tiny")
     if base is None:

@@ -25,7 +25,8 @@ import torch
 
 from engine_bench import decode_steps, with_mode   # bench/ is on sys.path when run as a script
 
-from halter.engine import Model, build_tiny_gguf
+from halter import Model
+from halter.engine import build_tiny_gguf
 
 
 def sync() -> None:

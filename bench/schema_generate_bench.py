@@ -46,7 +46,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from schema_mask_bench import SHARED, greedy_tokens, text_token_index  # noqa: E402
 
-from halter.engine import Model, build_tiny_gguf  # noqa: E402
+from halter import Model  # noqa: E402
+from halter.engine import build_tiny_gguf  # noqa: E402
 from halter.grammar import Grammar  # noqa: E402
 from halter.grammar.bitmask import allocate_bitmask, apply_bitmask  # noqa: E402
 

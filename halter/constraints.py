@@ -139,8 +139,9 @@ def resolve(grammar: Any = None, json_schema: Any = None, regex: Any = None, out
     return build(kind, spec, dict(schema_options or {}))
 
 
-def build(kind: str, spec: Any, options: dict[str, Any]) -> Resolved:
-    """``Resolved`` of a normalized ``(kind, spec)`` (see ``normalize``)."""
+def build(kind: str, spec: Any, options: dict[str, Any], *, regex_options: Mapping[str, Any] | None = None) -> Resolved:
+    """``Resolved`` of a normalized ``(kind, spec)`` (see ``normalize``). ``options`` go to the JSON
+    constraints, ``regex_options`` to ``Grammar.from_regex``."""
     from halter.grammar import Grammar
 
     if kind == "none":
@@ -152,7 +153,7 @@ def build(kind: str, spec: Any, options: dict[str, Any]) -> Resolved:
             return Resolved(spec)
         return Resolved(spec.grammar, compiled=spec)           # a CompiledGrammar
     if kind == "regex":
-        return Resolved(Grammar.from_regex(spec))
+        return Resolved(Grammar.from_regex(spec, **dict(regex_options or {})))
     if kind == "output_type":
         schema, parse = _type_parser(spec)
         return Resolved(Grammar.from_json_schema(schema, **{"closed_objects": True, "target": "pydantic",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from halter.engine import Model
+from halter import Model
 from halter.errors import FetchError
 from halter.fetch import pull
 

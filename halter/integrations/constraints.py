@@ -43,16 +43,17 @@ class Constraint:
     options: str = "{}"
 
     def build(self) -> Any:
-        """The :class:`~halter.grammar.Grammar` (raises halter's typed errors on bad input)."""
-        from halter.grammar import Grammar
+        """The :class:`~halter.grammar.Grammar`, through ``halter.constraints`` as every entry point
+        (raises halter's typed errors on bad input)."""
+        from halter import constraints
         options = json.loads(self.options)
         if self.kind == "json_schema":
-            return Grammar.from_json_schema(json.loads(self.source), **options)
+            return constraints.build("json_schema", constraints.load_schema(self.source), options).grammar
         if self.kind == "regex":
-            return Grammar.from_regex(self.source, **options)
+            return constraints.build("regex", self.source, {}, regex_options=options).grammar
         if options:
             raise ConstraintError("halter: 'options' apply to json_schema and regex, not to a GBNF grammar")
-        return Grammar.from_gbnf(self.source)
+        return constraints.build("grammar", self.source, {}).grammar
 
 
 def _json_value(value: Any, where: str) -> Any:
