@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import weakref
-from typing import Any, Callable, Mapping, Sequence, TypeVar, Union
+from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, overload
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from halter.constraints import Constraint, JsonSchemaLike
 from halter.engine.generation import GrammarLike, Request, TokenSampler
 from halter.engine.generation import run as _engine_run
 from halter.engine.generation import generate_batch as _engine_batch
-from halter.engine.model import Model as _EngineModel
+from halter.engine.model import Model as EngineModel
 from halter.sampling import SamplingParams
 
 __all__ = ["Constraint", "GrammarLike", "Model", "Prompt", "TokenSampler", "generate", "generate_batch",
@@ -158,7 +158,7 @@ def _request(model: Any, prompt: Prompt, constraint: Constraint, *, chat_templat
 
 # -- generate -------------------------------------------------------------------------------------
 
-def generate(model: _EngineModel, prompt: Prompt, *, grammar: GrammarLike | None = None,
+def generate(model: EngineModel, prompt: Prompt, *, grammar: GrammarLike | None = None,
              json_schema: JsonSchemaLike | None = None, regex: str | None = None, output_type: Any = None,
              response_format: Mapping[str, Any] | None = None, max_tokens: int = 256,
              stop: str | Sequence[str] = (), sampling: SamplingParams | None = None,
@@ -202,7 +202,7 @@ def _per_prompt(name: str, value: Any, n: int) -> list[Any]:
     return [value] * n
 
 
-def generate_batch(model: _EngineModel, prompts: Sequence[Prompt], *, grammar: GrammarLike | list[GrammarLike | None] | None = None,
+def generate_batch(model: EngineModel, prompts: Sequence[Prompt], *, grammar: GrammarLike | list[GrammarLike | None] | None = None,
                    json_schema: JsonSchemaLike | list[JsonSchemaLike | None] | None = None,
                    regex: str | list[str | None] | None = None, output_type: Any = None,
                    response_format: Mapping[str, Any] | list[Mapping[str, Any] | None] | None = None,
@@ -237,18 +237,22 @@ def generate_batch(model: _EngineModel, prompts: Sequence[Prompt], *, grammar: G
     return _engine_batch(model, requests)
 
 
-class Model(_EngineModel):
+class Model(EngineModel):
     """A loaded GGUF model (``halter.engine.Model``: transformer, KV cache, tokenizer) with the
     generation API as methods. ``Model.load(path, ...)`` returns one."""
 
-    def generate(self, prompt: Prompt, **kwargs: Any) -> Completion | CompletionStream:
-        """``halter.generate(self, prompt, **kwargs)``."""
-        return generate(self, prompt, **kwargs)
+    generate = generate                    # model.generate(prompt, ...) is halter.generate(model, prompt, ...)
 
     def generate_batch(self, requests: Sequence[Request]) -> list[Completion]:
         """Decode engine ``Request``s together (``halter.engine.generation.generate_batch``); for
         prompts with per-prompt constraints use ``halter.generate_batch``."""
         return _engine_batch(self, requests)
+
+    @overload
+    def __call__(self, prompt: Prompt, output_type: type[T], **kwargs: Any) -> T: ...
+
+    @overload
+    def __call__(self, prompt: Prompt, output_type: Any = None, **kwargs: Any) -> Any: ...
 
     def __call__(self, prompt: Prompt, output_type: Any = None, **kwargs: Any) -> Any:
         """The validated value of ``halter.generate(self, prompt, output_type=output_type, **kwargs)``.

@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Union
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from halter.completion import Completion
 from halter.engine.generation import _Row
 from halter.errors import HalterError
 
-__all__ = ["Job", "Piece", "QueueFullError", "TokenLogprob", "token_logprob"]
+__all__ = ["Job", "JobEvent", "Piece", "QueueFullError", "TokenLogprob", "token_logprob"]
 
 
 class QueueFullError(HalterError, RuntimeError):
@@ -44,6 +44,10 @@ class Piece:
     logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
+JobEvent = Union[Piece, Completion, BaseException]
+"""What a job's sink receives: text pieces, then the ``Completion`` or the error."""
+
+
 class Job:
     """One submitted request: its events, its result, and ``cancel()``.
 
@@ -52,7 +56,7 @@ class Job:
     The row's cache sequences are ``row.seqs`` while it runs.
     """
 
-    def __init__(self, row: _Row, logprobs: int | None, sink: Callable[[Any], None] | None) -> None:
+    def __init__(self, row: _Row, logprobs: int | None, sink: "Callable[[JobEvent], None] | None") -> None:
         self.row = row
         self.logprobs = logprobs
         self.result: Completion | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -227,7 +227,8 @@ class Model:
             cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
-    def set_decode(self, mode: str = "auto", *, backend: Any = None, min_span: int = 256) -> None:
+    def set_decode(self, mode: str = "auto", *, backend: str | Callable[..., Any] | None = None,
+                   min_span: int = 256) -> None:
         """How one-token decode steps run: ``"eager"``, ``"static"``, ``"compile"``, ``"cuda-graph"``.
 
         ``"auto"`` is ``"cuda-graph"`` on CUDA and ``"eager"`` on the CPU. The static modes run

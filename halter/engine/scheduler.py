@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from halter.engine.generation import Request, _Row, advance, sample_device, sample_host, shift_context
-from halter.engine.jobs import Job, Piece, QueueFullError, TokenLogprob, token_logprob
+from halter.engine.jobs import Job, JobEvent, Piece, QueueFullError, TokenLogprob, token_logprob
 from halter.engine.pieces import releasable
 from halter.grammar.bitmask import allocate_bitmask
 
@@ -118,7 +118,7 @@ class Scheduler:
         return len(self._running)
 
     def submit(self, request: Request, *, logprobs: int | None = None,
-               sink: Callable[[Any], None] | None = None) -> Job:
+               sink: Callable[[JobEvent], None] | None = None) -> Job:
         """Validate, tokenize and queue ``request``; returns its ``Job`` at once (starts the loop).
 
         ``logprobs``: report each token's log-probability and this many top alternatives
@@ -130,7 +130,7 @@ class Scheduler:
         return self.enqueue(row, logprobs=logprobs, sink=sink)
 
     def enqueue(self, row: _Row, *, logprobs: int | None = None,
-                sink: Callable[[Any], None] | None = None) -> Job:
+                sink: Callable[[JobEvent], None] | None = None) -> Job:
         """Queue a prepared row (``_Row.prepare``) without starting the loop thread."""
         if logprobs is not None and not 0 <= logprobs <= 20:
             raise ValueError(f"top logprobs must be in 0..20, got {logprobs}")
