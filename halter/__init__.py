@@ -1,9 +1,10 @@
 """halter: make a language model's output obey a grammar (GBNF, JSON Schema, regex, Pydantic).
 
 Grammar side (no torch needed): ``Grammar``, ``Vocabulary``, ``CompiledGrammar``, ``TokenMatcher``,
-``allocate_bitmask``, ``apply_bitmask``. Generation side (imports torch on first use): ``Model``,
-``generate``, ``generate_batch``, ``SamplingParams``, ``Completion``, ``Scheduler`` (continuous
-batching, what ``halter serve`` runs on).
+``allocate_bitmask``, ``apply_bitmask``. Generation side (imports torch on first use): ``Model``
+(with ``model.generate``, ``model(...)``), ``generate``, ``generate_batch``, ``SamplingParams``,
+``Completion`` (what every generation returns), ``Scheduler`` (continuous batching: the decode
+loop behind all of them and ``halter serve``).
 """
 from typing import Any
 

@@ -158,7 +158,7 @@ def test_batched_requests_are_identical_to_eager(models: tuple[Model, Model]) ->
         Request([97, 98], max_tokens=20, seed=3, grammar=GRAMMAR, sampling_fields={"temperature": 1.0}),
         Request(PROMPT[3:], max_tokens=15, seed=5, stop=["e"]),
         Request([120, 121], max_tokens=25, seed=6),
-    ]                               # 6 sequences on 4 rows: two chunks, rows finish at different steps
+    ]                               # 6 sequences on 4 rows: some wait for a free one, rows finish at different steps
     a, b = _both(models, lambda m: m.generate_batch(requests))
     assert [(r.tokens, r.finish_reason) for r in b] == [(r.tokens, r.finish_reason) for r in a]
 

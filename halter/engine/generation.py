@@ -24,7 +24,7 @@ import torch
 
 from halter import cache
 from halter.completion import Completion, CompletionStream, Timings, Usage
-from halter.engine.pieces import complete_utf8_prefix, find_stop, releasable  # noqa: F401
+from halter.engine.pieces import complete_utf8_prefix, find_stop  # noqa: F401 (complete_utf8_prefix: re-exported)
 from halter.errors import GrammarError, NoValidTokenError
 
 if TYPE_CHECKING:
