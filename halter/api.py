@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import weakref
-from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, overload
+from typing import Any, Callable, Literal, Mapping, Sequence, TypeVar, Union, overload
 
 import numpy as np
 
@@ -157,6 +157,37 @@ def _request(model: Any, prompt: Prompt, constraint: Constraint, *, chat_templat
 
 
 # -- generate -------------------------------------------------------------------------------------
+
+# Overloads: the return type follows ``stream`` (a Completion, or a CompletionStream of it).
+@overload
+def generate(model: EngineModel, prompt: Prompt, *, grammar: GrammarLike | None = None,
+             json_schema: JsonSchemaLike | None = None, regex: str | None = None, output_type: Any = None,
+             response_format: Mapping[str, Any] | None = None, max_tokens: int = 256,
+             stop: str | Sequence[str] = (), sampling: SamplingParams | None = None,
+             sampler: TokenSampler | None = None, grammar_first: bool = False, stream: Literal[False] = False,
+             chat_template: str | None = None, schema_options: Mapping[str, Any] | None = None,
+             tools: Sequence[Mapping[str, Any]] | None = None,
+             chat_template_kwargs: Mapping[str, Any] | None = None, n_keep: int = 0,
+             add_bos: bool | None = None, parse_special: bool = False,
+             cfg_negative_prompt: str | Sequence[int] | None = None, cfg_scale: float = 1.0,
+             seq_id: int = 0, device_sampling: bool | None = None,
+             **sampling_kwargs: Any) -> Completion: ...
+
+
+@overload
+def generate(model: EngineModel, prompt: Prompt, *, grammar: GrammarLike | None = None,
+             json_schema: JsonSchemaLike | None = None, regex: str | None = None, output_type: Any = None,
+             response_format: Mapping[str, Any] | None = None, max_tokens: int = 256,
+             stop: str | Sequence[str] = (), sampling: SamplingParams | None = None,
+             sampler: TokenSampler | None = None, grammar_first: bool = False, stream: Literal[True],
+             chat_template: str | None = None, schema_options: Mapping[str, Any] | None = None,
+             tools: Sequence[Mapping[str, Any]] | None = None,
+             chat_template_kwargs: Mapping[str, Any] | None = None, n_keep: int = 0,
+             add_bos: bool | None = None, parse_special: bool = False,
+             cfg_negative_prompt: str | Sequence[int] | None = None, cfg_scale: float = 1.0,
+             seq_id: int = 0, device_sampling: bool | None = None,
+             **sampling_kwargs: Any) -> CompletionStream: ...
+
 
 def generate(model: EngineModel, prompt: Prompt, *, grammar: GrammarLike | None = None,
              json_schema: JsonSchemaLike | None = None, regex: str | None = None, output_type: Any = None,

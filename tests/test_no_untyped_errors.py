@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from halter import generate
-from halter.engine import Model, build_tiny_gguf
+from halter import Model
+from halter.engine import build_tiny_gguf
 from halter.errors import HalterError
 from halter.grammar import Grammar
 from halter.grammar.vocab import Vocabulary
