@@ -283,13 +283,15 @@ class Scheduler:
                     job.row.timings.mask_ms += (time.perf_counter() - t) * 1e3
         # the one device -> host copy per step; rows sampled on the device bring back their id only
         on_host = [j for j in ready if j.row.device is None or j.logprobs is not None]
-        host: dict[int, np.ndarray] = {}
-        if on_host:
-            rows = [x for j in on_host for x in j.logits]
-            stacked = torch.stack(rows).float().cpu().numpy()
+        host: dict[int, list[np.ndarray]] = {}
+        if on_host and self.model.device.type == "cpu":   # float32 CPU rows: views, no copy
+            for j in on_host:
+                host[id(j)] = [x.float().numpy() for x in j.logits]  # type: ignore[union-attr]
+        elif on_host:
+            stacked = torch.stack([x for j in on_host for x in j.logits]).float().cpu().numpy()  # type: ignore[misc]
             n = 0
             for j in on_host:
-                host[id(j)] = stacked[n:n + len(j.logits)]
+                host[id(j)] = list(stacked[n:n + len(j.logits)])
                 n += len(j.logits)
         feed: list[Job] = []
         n_text = len(self._token_bytes)
