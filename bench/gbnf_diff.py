@@ -310,7 +310,7 @@ def main() -> None:
     print(f"documented departures: {dict(departures) or 'none'}")
     print(f"disagreements: {disagreements}   ({time.time() - t0:.0f} s)")
     if args.freeze:
-        args.freeze.write_text(json.dumps(frozen, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+        args.freeze.write_text(json.dumps(frozen, indent=0) + "\n", encoding="utf-8")   # (\u escapes: lone surrogates too)
         print(f"froze {len(frozen)} grammars in {args.freeze}")
     sys.exit(1 if disagreements else 0)
 
