@@ -2,6 +2,8 @@
 of a tiny model for rows that differ in grammar, stop strings, max_tokens, greedy and seeded sampling."""
 from __future__ import annotations
 
+import pytest
+
 import halter
 from halter.engine.generation import Request, generate_batch
 
@@ -32,6 +34,7 @@ def test_engine_batch_gives_the_frozen_tokens(tiny_llama) -> None:
     assert [c.tokens for c in tiny_llama.generate_batch(_requests())] == [t for t, _ in ENGINE_FROZEN]
 
 
+@pytest.mark.slow
 def test_api_batch_gives_the_frozen_tokens(tiny_llama) -> None:
     out = halter.generate_batch(tiny_llama, ["a", "bb", "ccc", "dd", "e"],
                                 regex=[r"[0-9]{2,5}", None, "[a-z]+", None, "(yes|no)"],
