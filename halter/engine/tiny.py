@@ -1,8 +1,8 @@
 """Build tiny random-weight GGUF models: for tests, benchmarks and the no-download demo.
 
-``build_tiny_gguf`` writes a llama, qwen2, qwen3, gemma2, gemma3 or phi3 model with seeded random weights and a small
-byte-level BPE vocabulary (the 256 GPT-2 byte symbols, a few dozen merges of common English and
-JSON pairs, and BOS/EOS control tokens), in the layout llama.cpp's converter produces: llama Q/K
+``build_tiny_gguf`` writes a llama, qwen2, qwen3, gemma2, gemma3 or phi3 model with seeded random
+weights and a small byte-level BPE vocabulary (the 256 GPT-2 byte symbols, a few dozen merges of
+common English and JSON pairs, and BOS/EOS control tokens), in the layout llama.cpp's converter produces: llama Q/K
 rows permuted for the NORM rope, qwen2 with Q/K/V biases and tied output embeddings, qwen3 and
 gemma3 with Q/K head norms, gemma with post-attention/FFN norms, a sliding window (``sliding_window``,
 small by default so that it matters in short tests), gemma2's soft-capping values, and phi3's fused
