@@ -172,3 +172,15 @@ def test_yarn_cache_static_step_and_shift(files: str) -> None:
     m.eval_prompt(ids[:9], 0)
     m.cache.seq_add(0, 0, None, 20)      # keys re-rotated once: the magnitude is not applied twice
     assert _rel(m.decode([[ids[9]]], [0])[0], full[9]) < 1e-4
+
+
+def test_non_positive_rope_factors_are_refused_by_name(tmp_path) -> None:
+    from halter.errors import ModelLoadError
+
+    bad = SHORT.copy()
+    bad[3] = 0.0
+    path = build_tiny_gguf(tmp_path / "bad.gguf", arch="phi3", n_ctx_train=TRAIN,
+                           rope_scaling={"original_context_length": ORIG}, rope_factors=(LONG, bad))
+    with pytest.raises(ModelLoadError, match="must be positive") as e:
+        Model.load(path, progress=False)
+    assert e.value.field == "rope_factors_short.weight"

@@ -241,6 +241,8 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
             raise ModelLoadError(f"corrupt tensor data ({exc})", path=path, field=name) from exc
         if not torch.isfinite(t).all():
             raise ModelLoadError("tensor contains NaN or infinite values", path=path, field=name)
+        if name.startswith("rope_") and not (t > 0).all():          # frequency divisors
+            raise ModelLoadError("rope frequency factors must be positive", path=path, field=name)
         tensors[name] = t
         show(done, total, name)
     return config, split_fused(config, tensors), meta
