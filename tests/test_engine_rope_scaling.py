@@ -184,3 +184,14 @@ def test_non_positive_rope_factors_are_refused_by_name(tmp_path) -> None:
     with pytest.raises(ModelLoadError, match="must be positive") as e:
         Model.load(path, progress=False)
     assert e.value.field == "rope_factors_short.weight"
+
+
+def test_gemma3_yarn_is_refused_by_name(tmp_path) -> None:
+    """Its sliding layers rotate unscaled: a YaRN magnitude on the shared attention scale would
+    reach them, so the combination is refused rather than computed wrongly."""
+    from halter.errors import ModelLoadError
+
+    path = build_tiny_gguf(tmp_path / "g.gguf", arch="gemma3", n_layer=6, rope_scaling=YARN)
+    with pytest.raises(ModelLoadError, match="'yarn' with a magnitude factor") as e:
+        Model.load(path, progress=False)
+    assert e.value.field == "gemma3.rope.scaling.type"

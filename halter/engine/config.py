@@ -163,6 +163,10 @@ class ModelConfig:
         attn_scale = 0.0
         if n_layer == _GEMMA_27B_LAYERS.get(arch):
             attn_scale = (n_embd / n_head) ** -0.5
+        if rope["rope_attn_factor"] != 1.0 and rules.rope_base_swa:
+            # the magnitude would reach gemma3's unscaled sliding layers through the shared scale
+            raise ModelLoadError(f"rope scaling {rope['rope_scaling']!r} with a magnitude factor is not "
+                                 f"supported for {arch}", path=path, field=f"{arch}.rope.scaling.type")
         if rope["rope_attn_factor"] != 1.0:   # cos and sin scaled by m scale q.k by m**2
             attn_scale = (attn_scale or head_dim ** -0.5) * rope["rope_attn_factor"] ** 2
         config = ModelConfig(
