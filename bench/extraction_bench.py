@@ -64,10 +64,10 @@ def score(text: str, task: dict, lenient: bool = False) -> tuple[bool, float]:
 
 
 def run_model(spec: str, limit: int, max_tokens: int, template: str | None = None,
-              save: Any = None) -> dict[str, Any]:
+              save: Any = None, threads: int = 1) -> dict[str, Any]:
     """Both modes on the first ``limit`` tasks; ``save(partial_result)`` is called after each task."""
     path = spec if os.path.isfile(spec) else str(halter.pull(spec))
-    model = halter.Model.load(path, device="cpu", n_ctx=512, progress=False)
+    model = halter.Model.load(path, device="cpu", n_ctx=512, progress=False, n_threads=threads)
     try:
         from halter.chat import chat_template_of
         chat_template_of(model)
@@ -119,6 +119,9 @@ def main() -> int:
                     help="results saved by --json (also partial ones): tabulated and plotted with the rest")
     ap.add_argument("--limit", type=int, default=50)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (1: on a shared machine, idle threads spinning for work "
+                         "cost more than a second thread gains)")
     ap.add_argument("--chat-template", help="Jinja file for models whose GGUF has no chat template")
     ap.add_argument("--json")
     ap.add_argument("--plot")
@@ -137,7 +140,7 @@ def main() -> int:
                 json.dump({"results": results + [partial]}, f, indent=1)
 
     for m in args.model:
-        results.append(run_model(m, args.limit, args.max_tokens, template, save))
+        results.append(run_model(m, args.limit, args.max_tokens, template, save, args.threads))
     table = [s for r in results for s in summarize(r)]
     print("| model | mode | tasks | valid | exact-field accuracy | tokens (mean) |")
     print("|---|---|---:|---:|---:|---:|")
