@@ -64,10 +64,11 @@ def score(text: str, task: dict, lenient: bool = False) -> tuple[bool, float]:
 
 
 def run_model(spec: str, limit: int, max_tokens: int, template: str | None = None,
-              save: Any = None, threads: int = 1) -> dict[str, Any]:
+              save: Any = None, threads: int = 1, weights: str = "packed") -> dict[str, Any]:
     """Both modes on the first ``limit`` tasks; ``save(partial_result)`` is called after each task."""
     path = spec if os.path.isfile(spec) else str(halter.pull(spec))
-    model = halter.Model.load(path, device="cpu", n_ctx=512, progress=False, n_threads=threads)
+    model = halter.Model.load(path, device="cpu", n_ctx=512, progress=False, n_threads=threads,
+                              weights=weights)
     try:
         from halter.chat import chat_template_of
         chat_template_of(model)
@@ -123,6 +124,9 @@ def main() -> int:
                     help="torch CPU threads (1: on a shared machine, idle threads spinning for work "
                          "cost more than a second thread gains)")
     ap.add_argument("--chat-template", help="Jinja file for models whose GGUF has no chat template")
+    ap.add_argument("--weights", choices=("packed", "dequantize"), default="packed",
+                    help="Model.load's weights= (dequantize: Gemma 3's Q6_K output layer of 262k rows "
+                         "is otherwise dequantized at every token on the CPU)")
     ap.add_argument("--json")
     ap.add_argument("--plot")
     args = ap.parse_args()
@@ -140,7 +144,8 @@ def main() -> int:
                 json.dump({"results": results + [partial]}, f, indent=1)
 
     for m in args.model:
-        results.append(run_model(m, args.limit, args.max_tokens, template, save, args.threads))
+        results.append(run_model(m, args.limit, args.max_tokens, template, save, args.threads,
+                                 args.weights))
     table = [s for r in results for s in summarize(r)]
     print("| model | mode | tasks | valid | exact-field accuracy | tokens (mean) |")
     print("|---|---|---:|---:|---:|---:|")
