@@ -64,8 +64,8 @@ def score(text: str, task: dict, lenient: bool = False) -> tuple[bool, float]:
 
 
 def run_model(spec: str, limit: int, max_tokens: int, template: str | None = None,
-              save: Any = None, threads: int = 1, weights: str = "packed") -> dict[str, Any]:
-    """Both modes on the first ``limit`` tasks; ``save(partial_result)`` is called after each task."""
+              save: Any = None, threads: int = 1, weights: str = "packed", start: int = 0) -> dict[str, Any]:
+    """Both modes on ``limit`` tasks from ``start``; ``save(partial_result)`` is called after each task."""
     path = spec if os.path.isfile(spec) else str(halter.pull(spec))
     model = halter.Model.load(path, device="cpu", n_ctx=512, progress=False, n_threads=threads,
                               weights=weights)
@@ -77,7 +77,7 @@ def run_model(spec: str, limit: int, max_tokens: int, template: str | None = Non
         if template is None:
             raise
     rows = []
-    for i, task in enumerate(tasks()[:limit]):
+    for i, task in enumerate(tasks()[start:start + limit], start):
         messages = [{"role": "user", "content": f"{task['instruction']}\nText: {task['text']}"}]
         row: dict[str, Any] = {"task": i}
         for mode in ("constrained", "unconstrained"):
@@ -119,6 +119,7 @@ def main() -> int:
     ap.add_argument("--from-json", action="append", default=[],
                     help="results saved by --json (also partial ones): tabulated and plotted with the rest")
     ap.add_argument("--limit", type=int, default=50)
+    ap.add_argument("--start", type=int, default=0, help="first task (to split a model's run over processes)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1: on a shared machine, idle threads spinning for work "
@@ -134,9 +135,14 @@ def main() -> int:
     if not args.model and not args.from_json:
         ap.error("give --model or --from-json")
     results: list[dict[str, Any]] = []
-    for name in args.from_json:
+    by_model: dict[str, dict[str, Any]] = {}
+    for name in args.from_json:                  # parts of one model's run are merged
         with open(name, encoding="utf-8") as f:
-            results += json.load(f)["results"]
+            for part in json.load(f)["results"]:
+                merged = by_model.setdefault(part["model"], {"model": part["model"], "rows": {}})
+                merged["rows"].update({row["task"]: row for row in part["rows"]})
+    results += [{"model": r["model"], "rows": [r["rows"][k] for k in sorted(r["rows"])]}
+                for r in by_model.values()]
 
     def save(partial: dict[str, Any]) -> None:       # after every task: a killed run keeps its rows
         if args.json:
@@ -145,7 +151,7 @@ def main() -> int:
 
     for m in args.model:
         results.append(run_model(m, args.limit, args.max_tokens, template, save, args.threads,
-                                 args.weights))
+                                 args.weights, args.start))
     table = [s for r in results for s in summarize(r)]
     print("| model | mode | tasks | valid | exact-field accuracy | tokens (mean) |")
     print("|---|---|---:|---:|---:|---:|")
