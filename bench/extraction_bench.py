@@ -172,18 +172,24 @@ def plot(table: list[dict[str, Any]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax, ax_t) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
-    labels = [f"{s['model'].split('.')[0][:22]}\n{s['mode'].split(' (')[0]}"
-              f"{' (lenient)' if 'block' in s['mode'] else ''}" for s in table]
+    def name(s: dict[str, Any]) -> str:
+        return re.sub(r"-(instruct|q\d\w*)$", "", s["model"].split(".")[0], flags=re.I)
+
+    def mode(s: dict[str, Any]) -> str:
+        return "free, lenient" if "block" in s["mode"] else "free" if "whole" in s["mode"] else "constrained"
+
+    labels = [f"{name(s)}\n{mode(s)}" for s in table]
+    counts = ", ".join(dict.fromkeys(f"{name(s)} {s['n']}" for s in table))
     xs = list(range(len(table)))
     ax.bar([x - 0.2 for x in xs], [s["valid"] for s in table], 0.4, label="valid")
     ax.bar([x + 0.2 for x in xs], [s["field_accuracy"] for s in table], 0.4, label="exact-field accuracy")
-    ax.set_xticks(xs, labels, fontsize=6)
+    ax.set_xticks(xs, labels, fontsize=6, rotation=30, ha="right")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
-    ax.set_title(f"Extraction, {table[0]['n'] if table else 0} tasks: schema-constrained vs "
-                 "unconstrained (greedy)", fontsize=9)
+    ax.set_title(f"Extraction, greedy: schema-constrained vs free + json.loads (tasks: {counts})",
+                 fontsize=8)
     ax_t.bar(xs, [s["tokens"] for s in table], 0.6, color="tab:gray")
-    ax_t.set_xticks(xs, labels, fontsize=6)
+    ax_t.set_xticks(xs, labels, fontsize=6, rotation=30, ha="right")
     ax_t.set_title("tokens generated (mean per task)", fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
