@@ -167,7 +167,7 @@ class ModelConfig:
             # the magnitude would reach gemma3's unscaled sliding layers through the shared scale
             raise ModelLoadError(f"rope scaling {rope['rope_scaling']!r} with a magnitude factor is not "
                                  f"supported for {arch}", path=path, field=f"{arch}.rope.scaling.type")
-        if rope["rope_attn_factor"] != 1.0:   # cos and sin scaled by m scale q.k by m**2
+        if rope["rope_attn_factor"] != 1.0:   # cos and sin scaled by m: q.k scaled by m**2
             attn_scale = (attn_scale or head_dim ** -0.5) * rope["rope_attn_factor"] ** 2
         config = ModelConfig(
             arch=arch, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
