@@ -56,7 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("HALTER_SHARED_DIR") or ROOT.parent / "shared")
 MODES = ["halter", "xgrammar", "guidance", "none"]
-OUTCOMES = ["valid", "invalid", "incomplete", "refused"]
+OUTCOMES = ["valid", "invalid", "incomplete", "refused", "unfinished"]
 WARMUP_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
 
@@ -183,19 +183,30 @@ def run_child(mode: str, folder: Path, rows: list[dict], args: argparse.Namespac
             results[i] = {"outcome": "refused", "why": f"submission: {type(exc).__name__}: {str(exc)[:300]}",
                           "tokens": 0}
     submit_s = time.perf_counter() - t0
+    cpu0 = time.process_time()
     outputs = {}
     while engine.has_unfinished_requests():
+        if args.budget and time.perf_counter() - t0 > args.budget:
+            # out of time: stop the rest; their output so far still counts as generated tokens
+            engine.abort_request([str(i) for i in range(len(rows)) if i not in results
+                                  and not (i in outputs and outputs[i].finished)])
+            break
         for out in engine.step():
-            if out.finished:
-                outputs[int(out.request_id)] = out
+            outputs[int(out.request_id)] = out        # cumulative output, finished or not
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     failed_halter = {c["key"] for c in compiles if not c["ok"]} if mode == "halter" else set()
     for i, row in enumerate(rows):
         if i in results:
             continue
+        if i not in outputs:
+            results[i] = {"outcome": "unfinished", "tokens": 0}
+            continue
         c = outputs[i].outputs[0]
         r = {"tokens": len(c.token_ids), "finish": str(c.finish_reason), "text": c.text[:2000]}
-        if c.finish_reason not in ("stop", "length") or canonical(row["schema"]) in failed_halter:
+        if not outputs[i].finished:
+            r["outcome"] = "unfinished"
+        elif c.finish_reason not in ("stop", "length") or canonical(row["schema"]) in failed_halter:
             r["outcome"], r["why"] = "refused", f"in the engine: finish_reason {c.finish_reason}"
         elif c.finish_reason == "length":
             r["outcome"] = "incomplete"
@@ -205,7 +216,8 @@ def run_child(mode: str, folder: Path, rows: list[dict], args: argparse.Namespac
     tokens = sum(r["tokens"] for r in results.values())
     engine.engine_core.shutdown()
     return {"mode": mode, "n": len(rows), "engine_start_s": engine_start_s, "submit_s": submit_s,
-            "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall,
+            "wall_s": wall, "cpu_s": cpu, "tokens": tokens, "tokens_per_s": tokens / wall,
+            "tokens_per_cpu_s": tokens / cpu if cpu else None,
             "compile_s": sorted(c["s"] for c in compiles),
             "warmup_text": warm[0].outputs[0].text,
             "counts": {o: sum(r["outcome"] == o for r in results.values()) for o in OUTCOMES},
@@ -257,11 +269,12 @@ def per_mode(runs: list[dict]) -> list[dict]:
         cs = [r["compile_s"] for r in rs if r["compile_s"]]
         out.append({
             "mode": mode, "rounds": len(rs), "n": rs[0]["n"],
-            "counts": {o: med(lambda r, o=o: r["counts"][o]) for o in OUTCOMES},
+            "counts": {o: med(lambda r, o=o: r["counts"].get(o, 0)) for o in OUTCOMES},
             "counts_per_round": [r["counts"] for r in rs],
             "tokens": med(lambda r: r["tokens"]), "wall_s": med(lambda r: r["wall_s"]),
             "tokens_per_s": med(lambda r: r["tokens_per_s"]),
             "tokens_per_s_rounds": [round(r["tokens_per_s"], 1) for r in rs],
+            "tokens_per_cpu_s": med(lambda r: r.get("tokens_per_cpu_s") or float("nan")),
             "engine_start_s": med(lambda r: r["engine_start_s"]),
             "compile_n": statistics.median(len(c) for c in cs) if cs else 0,
             "compile_ms": {k: statistics.median(f(c) * 1e3 for c in cs) if cs else None
@@ -272,15 +285,17 @@ def per_mode(runs: list[dict]) -> list[dict]:
 
 
 def table(summary: list[dict]) -> str:
-    lines = ["| mode | valid | invalid | incomplete (cut at max_tokens) | refused | output tokens | wall s | "
-             "output tokens/s (per round) | compile ms median / p90 / max | compiles |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| mode | valid | invalid | incomplete (cut at max_tokens) | refused | unfinished (time budget) | "
+             "output tokens | wall s | output tokens/s (per round) | per CPU s | compile ms median / p90 / max | "
+             "compiles |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         c, cm = s["counts"], s["compile_ms"]
         comp = (f"{cm['median']:.0f} / {cm['p90']:.0f} / {cm['max']:.0f}" if cm["median"] is not None else "-")
         lines.append(f"| {s['mode']} | {c['valid']:g} | {c['invalid']:g} | {c['incomplete']:g} | {c['refused']:g} | "
-                     f"{s['tokens']:.0f} | {s['wall_s']:.0f} | {s['tokens_per_s']:.1f} "
-                     f"({', '.join(f'{t:g}' for t in s['tokens_per_s_rounds'])}) | {comp} | {s['compile_n']:g} |")
+                     f"{c.get('unfinished', 0):g} | {s['tokens']:.0f} | {s['wall_s']:.0f} | {s['tokens_per_s']:.1f} "
+                     f"({', '.join(f'{t:g}' for t in s['tokens_per_s_rounds'])}) | {s['tokens_per_cpu_s']:.1f} | "
+                     f"{comp} | {s['compile_n']:g} |")
     return "\n".join(lines)
 
 
@@ -290,7 +305,7 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 3.8))
     modes = [s["mode"] for s in summary]
-    colors = {"valid": "#4a7", "invalid": "#e94", "incomplete": "#bbb", "refused": "#c44"}
+    colors = {"valid": "#4a7", "invalid": "#e94", "incomplete": "#bbb", "refused": "#c44", "unfinished": "#eee"}
     bottom = [0.0] * len(modes)
     for o in OUTCOMES:
         vals = [s["counts"][o] for s in summary]
@@ -341,6 +356,9 @@ def main() -> None:
                     help="each backend's default object semantics (halter and guidance: undeclared properties "
                          "allowed; xgrammar: not) instead of closed objects everywhere")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds for a child's batch: then the unfinished requests are aborted and "
+                         "counted as 'unfinished' (0: no limit)")
     ap.add_argument("--refusals-only", action="store_true",
                     help="only count the schemas each mode refuses at submission (no engine)")
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "halter-vllm-bench"))
@@ -392,7 +410,7 @@ def main() -> None:
                    "--schemas", str(args.schemas), "--schema-file", args.schema_file,
                    "--max-tokens", str(args.max_tokens), "--max-num-seqs", str(args.max_num_seqs),
                    "--max-model-len", str(args.max_model_len), "--prompt-chars", str(args.prompt_chars),
-                   "--work", str(work)] + (["--open-objects"] if args.open_objects else [])
+                   "--work", str(work), "--budget", str(args.budget)] + (["--open-objects"] if args.open_objects else [])
             t0 = time.perf_counter()
             log = work / f"child-{rnd}-{mode}.log"
             with open(log, "w") as f:
