@@ -38,7 +38,8 @@ Run (in the vLLM venv, docs/integrations.md):
 ``nice python bench/vllm_bench.py --model /work/models/SmolLM2-135M-Instruct.Q4_1.gguf``
 (a GGUF is converted to a Hugging Face folder once, under ``--work``); ``--modes
 halter,xgrammar,guidance,none``, ``--schemas 100``, ``--max-tokens 256``, ``--rounds 2``. Writes
-``--out`` JSON (every request's outcome) and the ``--plot`` PNG; ``--summarize OUT`` prints the
+``--out`` JSON (every request's outcome) and the ``--plot`` PNG; ``--budget S`` stops a child's
+batch after S seconds (the rest counted ``unfinished``); ``--summarize OUT`` prints the
 tables again. ``--refusals-only``: only which schemas each mode refuses at submission (no engine).
 """
 from __future__ import annotations
