@@ -14,7 +14,7 @@ from halter.grammar import Grammar, GrammarMatcher
 from halter.grammar.bitmask import allocate_bitmask, apply_bitmask, apply_token_bitmask_inplace
 from halter.grammar.compiled import CompiledGrammar
 from halter.grammar.token_matcher import TokenMatcher
-from halter.grammar.vocab import Vocabulary
+from halter.vocab.vocabulary import Vocabulary
 
 __version__ = "0.1.0"
 

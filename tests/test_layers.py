@@ -13,6 +13,8 @@ ROOT = Path(halter.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors"},
     {"limits", "cache"},
+    {"gguf"},
+    {"vocab"},
     {"grammar"},
     {"schemas"},
     {"constraints", "sampling", "chat", "completion"},

@@ -13,6 +13,6 @@ def __getattr__(name: str):
         from halter.grammar.token_matcher import TokenMatcher
         return TokenMatcher
     if name == "Vocabulary":
-        from halter.grammar.vocab import Vocabulary
+        from halter.vocab.vocabulary import Vocabulary
         return Vocabulary
     raise AttributeError(name)

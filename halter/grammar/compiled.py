@@ -33,7 +33,7 @@ from halter.grammar.trie import TokenTrie
 if TYPE_CHECKING:
     from halter.grammar.grammar import Grammar
     from halter.grammar.token_matcher import TokenMatcher
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
 
 CACHE_VERSION = f"tables-3/automaton-{AUTOMATON_VERSION}"
 

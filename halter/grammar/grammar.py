@@ -13,7 +13,7 @@ from halter.grammar.parser_state import StateSpace
 if TYPE_CHECKING:
     from halter.grammar.compiled import CompiledGrammar
     from halter.grammar.text_check import TextCheck
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
 
 
 class Grammar:
@@ -196,7 +196,7 @@ class Grammar:
         afresh and touches neither cache.
         """
         from halter.grammar.compiled import compile_grammar
-        from halter.grammar.vocab import Vocabulary
+        from halter.vocab.vocabulary import Vocabulary
         if not isinstance(vocab, Vocabulary):
             raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
                             "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
