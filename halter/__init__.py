@@ -7,7 +7,7 @@ batching, what ``halter serve`` runs on).
 """
 from typing import Any
 
-from halter import cache, limits
+from halter import cache, limits, schemas  # schemas gives Grammar its from_json_schema, from_regex, ...
 from halter.errors import (FetchError, GrammarError, GrammarWarning, HalterError, IncompleteOutputError, LimitError, ModelLoadError,
                            NoValidTokenError, SchemaError, UnsupportedSchemaError)
 from halter.grammar import Grammar, GrammarMatcher
