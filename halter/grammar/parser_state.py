@@ -45,7 +45,7 @@ __all__ = ["BOTTOM_ID", "ENDS_ROOT", "ESCAPES", "OPAQUE_ID", "Node", "StateSpace
 class Node:
     """An interned parser state. ``scan`` items can read bytes, ``tok`` items can read token refs.
 
-    ``scan`` and ``tok`` hold one item per position, sorted by position (``StateSpace._merge``).
+    ``scan`` and ``tok`` hold one item per position, sorted by position (``StateSpace.merge_items``).
     """
     __slots__ = ("id", "scan", "tok", "accepting", "escaped", "next")
 
@@ -96,19 +96,21 @@ class StateSpace(ContextTables):
         self._node_table: dict[tuple, Node] = {}
         self.nodes: list[Node] = []
         self._unknown = array("i", [-1]) * automata.n_classes    # a node's transitions, none known yet
-        self.dead = self._make_node((), (), False, False)
+        self.dead = self.intern_node((), (), False, False)
         self.class_of = automata.class_of
         self._opaque_nodes: dict[int, Node] = {}
         self._single: dict[tuple[int, int], Node] = {}     # item (position, context) -> its closure
         self._ret_items: dict[int, tuple] = {}             # context -> items of what it returns to
         self._ret_open: set[int] = set()                   # contexts whose _return_items is running
-        # a call whose return position is a pure end (the rule can only stop there) is a tail call
-        self._tail = [automata.accepting[p] and not automata.has_bytes[p] and not automata.calls[p]
-                      and not automata.tokens[p] for p in range(automata.n_positions)]
+        #: position -> True where a call returning there is a tail call (the rule can only stop there)
+        self.tail_returns: list[bool] = [automata.accepting[p] and not automata.has_bytes[p]
+                                         and not automata.calls[p] and not automata.tokens[p]
+                                         for p in range(automata.n_positions)]
         self.initial = self.closure([(automata.start[automata.root], BOTTOM_ID)])
 
     # -- interning ---------------------------------------------------------------------------
-    def _make_node(self, scan: tuple, tok: tuple, accepting: bool, escaped: bool) -> Node:
+    def intern_node(self, scan: tuple, tok: tuple, accepting: bool, escaped: bool) -> Node:
+        """The node with these items (merged, as ``merge_items`` gives them) and flags, made if new."""
         key = (scan, tok, accepting, escaped)
         node = self._node_table.get(key)
         if node is None:
@@ -140,7 +142,7 @@ class StateSpace(ContextTables):
                 if not has_b and not has_t:
                     return self.dead
                 item = (kernel[0],)
-                return self._make_node(item if has_b else (), item if has_t else (), False, False)
+                return self.intern_node(item if has_b else (), item if has_t else (), False, False)
             if c == OPAQUE_ID or not self.templates:
                 return earley_closure(self, kernel)
         elif not self.templates or any(c == OPAQUE_ID for _, c in kernel):
@@ -160,7 +162,7 @@ class StateSpace(ContextTables):
             self._count_template(len(self.ctx_returns) - n_ctx)
         if not scan and not tok and not accepting and not escaped:
             return self.dead
-        return self._make_node(self._merge(scan), self._merge(tok), accepting, escaped)
+        return self.intern_node(self.merge_items(scan), self.merge_items(tok), accepting, escaped)
 
     def _count_template(self, made: int) -> None:
         """Count the ``made`` contexts of a closure built from opaque nodes; past the budget, walk.
@@ -224,7 +226,7 @@ class StateSpace(ContextTables):
     def union(self, a: Node, b: Node) -> Node:
         """The state holding both ``a``'s and ``b``'s items (one per position, as every node does)."""
         with self.lock:
-            return self._make_node(self._merge(set(a.scan + b.scan)), self._merge(set(a.tok + b.tok)),
+            return self.intern_node(self.merge_items(set(a.scan + b.scan)), self.merge_items(set(a.tok + b.tok)),
                                    a.accepting or b.accepting, a.escaped or b.escaped)
 
     # -- stepping ----------------------------------------------------------------------------
