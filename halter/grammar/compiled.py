@@ -5,7 +5,7 @@ first time a parser state needs a grammar position's tables (the tokens that sta
 position's rule, and the trie nodes where the rule ends mid-token), the trie is walked from that
 position and the result kept for the life of the compiled grammar, so a document pays for the
 positions it visits, not for every position of the grammar. The positions a state needs at once are
-walked together (see ``masks.walk_trie_batch``). ``precompute()`` builds every position's tables
+walked together (see ``trie_walk.walk_trie_batch``). ``precompute()`` builds every position's tables
 (``save`` writes what has been built; ``load`` reads it back).
 """
 from __future__ import annotations
@@ -24,10 +24,11 @@ from halter import cache as halter_cache
 from halter.errors import GrammarError
 from halter.grammar import trie_kernel
 from halter.grammar.automaton import AUTOMATON_VERSION
-from halter.grammar.masks import (BATCH, TransitionTable, or_by_key, owner_bits, owners_to_rows, pack_bits,
-                                  sorted_unique, walk_trie_batch)
+from halter.grammar.bitmask import pack_bits
+from halter.grammar.transitions import TransitionTable
+from halter.grammar.trie_walk import BATCH, or_by_key, owner_bits, owners_to_rows, sorted_unique, walk_trie_batch
 from halter.grammar.parser_state import Node
-from halter.grammar.runtime_masks import MaskAssembler
+from halter.grammar.state_masks import MaskAssembler
 from halter.grammar.trie import TokenTrie
 
 if TYPE_CHECKING:
