@@ -44,10 +44,30 @@ def cache_dir() -> Path:
     return halter_cache.directory()
 
 
-class CompiledGrammar:
-    """A grammar compiled for a vocabulary: per-position accepted masks and escaping tokens."""
+def require_vocabulary(vocab: object) -> None:
+    """A clear ``TypeError`` for anything but a ``halter.Vocabulary``."""
+    from halter.vocab.vocabulary import Vocabulary
+    if not isinstance(vocab, Vocabulary):
+        raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
+                        "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
 
-    def __init__(self, grammar: "Grammar", vocab: "Vocabulary") -> None:
+
+class CompiledGrammar:
+    """A grammar compiled for a vocabulary: per-position accepted masks and escaping tokens.
+
+    ``CompiledGrammar(grammar, vocab)`` is what ``grammar.compile(vocab, cache=...)`` builds (that
+    one also keeps it on the grammar, one per vocabulary): token references resolved, the token trie
+    found, tables an earlier ``store()`` wrote loaded (with ``cache``), room made for the states
+    decoding meets. Position tables are built when a matcher first needs them, so every way of
+    making one gives a complete compiled grammar.
+    """
+
+    def __init__(self, grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True) -> None:
+        from halter.grammar.grammar import Grammar
+        if not isinstance(grammar, Grammar):
+            raise TypeError(f"CompiledGrammar takes a halter.Grammar, not {type(grammar).__name__}")
+        require_vocabulary(vocab)
+        t0 = time.perf_counter()
         self.grammar = grammar
         self.vocab = vocab
         self.vocab_size = vocab.size
@@ -79,8 +99,14 @@ class CompiledGrammar:
         self._kernel: trie_kernel.TrieKernel | None = None
         self._masks = MaskAssembler(self)
         self._mask_memo = self._masks.node_memo      # read by TokenMatcher.is_allowed
-        self.compile_seconds = 0.0
         self.from_cache = False
+        if cache:
+            path = self.cache_path()
+            if path.exists() and self._load_tables(path):
+                self.from_cache = True
+                halter_cache.touch(path)
+        self.table.reserve(len(self.space.nodes) * 2 + RESERVED_STATES)
+        self.compile_seconds = time.perf_counter() - t0
 
     # -- building ----------------------------------------------------------------------------
     def _resolve_token_refs(self, refs, eog: np.ndarray):
@@ -260,7 +286,7 @@ class CompiledGrammar:
     @classmethod
     def load(cls, path: str | os.PathLike, grammar: "Grammar", vocab: "Vocabulary") -> "CompiledGrammar":
         """Load tables saved by ``save`` for the same grammar and vocabulary."""
-        cg = cls(grammar, vocab)
+        cg = cls(grammar, vocab, cache=False)
         if not cg._load_tables(path):
             raise GrammarError(f"{path} does not hold tables for this grammar and vocabulary")
         cg.from_cache = True
@@ -300,21 +326,3 @@ def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
 
 
 RESERVED_STATES = 8192     # room for new parser states met while decoding, allocated up front
-
-
-def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True,
-                    progress: bool | None = None) -> CompiledGrammar:
-    """Compile ``grammar`` for ``vocab``: resolve token references and find the token trie (built once
-    per vocabulary and cached on disk); position tables are built when first needed. With ``cache``,
-    tables an earlier ``store()`` wrote for the same grammar and vocabulary are loaded. ``progress``
-    is kept for callers of the eager design (``precompute`` takes it)."""
-    t0 = time.perf_counter()
-    cg = CompiledGrammar(grammar, vocab)
-    if cache:
-        path = cg.cache_path()
-        if path.exists() and cg._load_tables(path):
-            cg.from_cache = True
-            halter_cache.touch(path)
-    cg.table.reserve(len(cg.space.nodes) * 2 + RESERVED_STATES)
-    cg.compile_seconds = time.perf_counter() - t0
-    return cg

@@ -156,14 +156,11 @@ class Grammar:
         (matchers are independent; the compiled grammar only memoises). ``cache=False`` builds
         afresh and touches neither cache.
         """
-        from halter.grammar.compiled import compile_grammar
-        from halter.vocab.vocabulary import Vocabulary
-        if not isinstance(vocab, Vocabulary):
-            raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
-                            "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
+        from halter.grammar.compiled import CompiledGrammar, require_vocabulary
+        require_vocabulary(vocab)
         if not cache:
             with self._space.lock:
-                return compile_grammar(self, vocab, cache=False, progress=progress)
+                return CompiledGrammar(self, vocab, cache=False)
         per_vocab = self.__dict__.setdefault("_compiled", {})
         key = vocab.fingerprint()
         cg = per_vocab.get(key)
@@ -171,7 +168,7 @@ class Grammar:
             with self._space.lock:               # threads compiling at once share one result
                 cg = per_vocab.get(key)
                 if cg is None:
-                    cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
+                    cg = per_vocab[key] = CompiledGrammar(self, vocab, cache=True)
         return cg
 
     # -- presentation ------------------------------------------------------------------------
