@@ -7,7 +7,7 @@ from halter.errors import GrammarError
 from halter.grammar.ast import Expr, RuleSet, format_grammar, has_token_refs
 from halter.grammar.automaton import RuleAutomata, RuleTooComplex, build_automata
 from halter.grammar.gbnf_parser import check_references, parse_gbnf
-from halter.grammar.matcher import GrammarMatcher
+from halter.grammar.text_matcher import TextMatcher
 from halter.grammar.parser_state import StateSpace
 
 if TYPE_CHECKING:
@@ -133,13 +133,13 @@ class Grammar:
         return self._automata
 
     # -- matching ----------------------------------------------------------------------------
-    def matcher(self) -> GrammarMatcher:
+    def matcher(self) -> TextMatcher:
         """A fresh character matcher at the start of the grammar."""
         if self._has_token_refs:
             raise GrammarError("this grammar uses token references (<[id]>, <text>), which match tokens, "
                                "not text: compile it for a vocabulary (grammar.compile(vocab)) and use "
                                "the token matcher")
-        return GrammarMatcher(self._space, check=self.text_check)
+        return TextMatcher(self._space, check=self.text_check)
 
     def matches(self, text: str | bytes) -> bool:
         """True when the whole of ``text`` matches the root rule."""
