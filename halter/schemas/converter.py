@@ -398,10 +398,6 @@ class Converter:
             return self.rules.add(self.hint(ptr), e)
         return e
 
-    def _may_be(self, t: str, s: dict) -> bool:
-        types = merging.types_of(s)
-        return types is None or t in types
-
     def valid(self, schema: Any, value: Any) -> bool:
         """Whether ``value`` is valid under ``schema`` (True when the validator cannot tell)."""
         try:
