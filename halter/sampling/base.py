@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterable
 
-
 from halter.sampling.candidates import Candidates
 
 
