@@ -47,7 +47,7 @@ def chat_template_of(model: Any) -> str:
     cached = getattr(model, "_halter_chat_template", None)
     if cached is not None:
         return cached
-    from halter.vocab.vocabulary import read_gguf_metadata
+    from halter.gguf.metadata import read_gguf_metadata
 
     path = getattr(model, "path", None)
     if path is None:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from halter.errors import ModelLoadError
-from halter.vocab.vocabulary import Vocabulary, gpt2_byte_encoder, read_gguf_metadata
+from halter.gguf import read_gguf_metadata
+from halter.vocab.vocabulary import Vocabulary, gpt2_byte_encoder
 from tests.gguf_files import read_test_vectors, write_vocab_gguf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
