@@ -60,7 +60,7 @@ class Grammar:
 
         from halter.errors import GrammarWarning
         from halter.grammar import store
-        cached = store.load(text, root)
+        cached = store.load(text, root, cls=cls)
         if cached is not None:
             grammar, found = cached
             for message, line, column, kind in found or ():

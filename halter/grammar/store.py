@@ -26,18 +26,18 @@ def _path(key: str, root: str) -> Path:
     return cache.path("grammars", digest.hexdigest()[:32], ".pickle")
 
 
-def load(key: str, root: str = "root", *,
+def load(key: str, root: str = "root", *, cls: "type[Grammar] | None" = None,
          text_check: Callable[[Any], "TextCheck | None"] | None = None) -> "tuple[Grammar, Any] | None":
-    """The grammar stored under ``key`` and the extra data stored with it, or None.
-
-    ``text_check(extra)`` gives the check to run beside the loaded grammar (none when omitted)."""
+    """The grammar stored under ``key`` (an instance of ``cls``, ``Grammar`` by default) and the extra
+    data stored with it, or None. ``text_check(extra)`` gives the check to run beside the loaded
+    grammar (none when omitted)."""
     from halter.grammar.grammar import Grammar
     stored = cache.load_pickle(_path(key, root))
     if not (isinstance(stored, tuple) and len(stored) == 3):
         return None
     rules, automata, extra = stored
     check = text_check(extra) if text_check is not None else None
-    return Grammar._restored(rules, root, automata, check), extra
+    return (cls or Grammar)._restored(rules, root, automata, check), extra
 
 
 def store(key: str, grammar: "Grammar", extra: Any = None, *, force: bool = False) -> None:

@@ -37,8 +37,8 @@ def _from_json_schema(cls: type[Grammar], schema: Any, **options: Any) -> Gramma
     def unique_check(extra: Any) -> UniqueItemsCheck | None:
         return UniqueItemsCheck(copy.deepcopy(loaded), _draft_of(loaded)) if extra[1] else None
 
-    cached = store.load(key, text_check=unique_check) if key is not None else None
-    if cached is not None and isinstance(cached[0], cls):
+    cached = store.load(key, cls=cls, text_check=unique_check) if key is not None else None
+    if cached is not None:
         grammar, (caught, _) = cached
         for message, category in caught:
             warnings.warn(message, category, stacklevel=2)
