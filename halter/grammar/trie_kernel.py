@@ -2,10 +2,10 @@
 
 A position's token tables (``compiled.py``) come from walking every token from the position's opaque
 parser state: the tokens that stay readable, and the trie nodes where the state has *escaped* (the
-position's rule ended mid-token). ``masks.walk_trie_batch`` does that level by level with numpy;
+position's rule ended mid-token). ``trie_walk.walk_trie_batch`` does that level by level with numpy;
 here the same walk runs as a loop over flat arrays, JIT-compiled by numba: the trie's child ranges,
 each trie node's byte class, and the dense ``table[state, class]`` of memoised transitions
-(``masks.TransitionTable``). Transitions not computed yet (-1) cannot be computed inside compiled
+(``transitions.TransitionTable``). Transitions not computed yet (-1) cannot be computed inside compiled
 code (they build parser states), so the kernel sets those (trie node, parser state) pairs aside; the
 caller computes them with ``TransitionTable.step`` and the kernel resumes from the nodes they lead
 to, until none is left. Accepted tokens are written straight into a packed bitmask.
@@ -130,12 +130,12 @@ class TrieKernel:
 
     def walk_position(self, start) -> tuple[np.ndarray, np.ndarray]:
         """(packed accepted tokens, sorted escape points) of a walk of the whole trie from ``start``
-        (an opaque node), as ``masks.walk_trie_batch`` gives them for a batch of one."""
+        (an opaque node), as ``trie_walk.walk_trie_batch`` gives them for a batch of one."""
         return self._walk_from(start, self.first_level)
 
     def walk_below(self, start, nodes: np.ndarray, first_bytes=None) -> tuple[np.ndarray, np.ndarray] | None:
         """(packed tokens strictly below trie ``nodes`` readable from ``start``, escape points), as
-        ``masks.walk_subtrees(..., want_escapes=True)`` gives them; None when some of ``nodes`` lie
+        ``trie_walk.walk_subtrees(..., want_escapes=True)`` gives them; None when some of ``nodes`` lie
         below others (the walk's buffers hold each trie node once: the caller walks with numpy)."""
         trie = self.trie
         nodes = np.asarray(nodes, dtype=np.int64)
