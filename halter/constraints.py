@@ -24,7 +24,7 @@ from halter.errors import GrammarError, HalterError, SchemaError
 if TYPE_CHECKING:
     from halter.grammar import Grammar
     from halter.grammar.compiled import CompiledGrammar
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab import Vocabulary
 
 __all__ = ["KINDS", "Constraint", "JsonSchemaLike", "MissingDependencyError", "Resolved", "pick", "resolve",
            "json_value_parser"]

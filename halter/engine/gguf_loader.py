@@ -52,12 +52,12 @@ class TensorInfo:
 def read_layout(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
     """(metadata, tensor infos) of a GGUF file, without decoding the tokenizer's arrays.
 
-    Metadata comes from ``halter.grammar.gguf_metadata.read_gguf_metadata`` (the tokenizer's
+    Metadata comes from ``halter.gguf.metadata.read_gguf_metadata`` (the tokenizer's
     arrays skipped); the tensor-info section is read here, after stepping over the key/value
     section. ``gguf.GGUFReader`` is not used: it decodes every array element in Python (seconds
     for a 100k-token vocabulary). Problems are ``ModelLoadError``s naming the file and the field.
     """
-    from halter.grammar.gguf_metadata import read_gguf_metadata
+    from halter.gguf.metadata import read_gguf_metadata
 
     if not os.path.isfile(path):
         raise ModelLoadError("no such file", path=path)

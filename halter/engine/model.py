@@ -29,7 +29,7 @@ from halter.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from halter.engine.tokenizer import Tokenizer
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab import Vocabulary
 
 
 def default_device() -> torch.device:
@@ -271,12 +271,12 @@ class Model:
 
     @property
     def vocab(self) -> "Vocabulary":
-        """The file's ``halter.grammar.vocab.Vocabulary`` (token bytes, EOG ids), the tokenizer's."""
+        """The file's ``halter.vocab.Vocabulary`` (token bytes, EOG ids), the tokenizer's."""
         if self._vocab is None:
             try:
                 self._vocab = self.tokenizer.vocab
             except ImportError:   # tokenizer module absent: the vocabulary alone still loads
-                from halter.grammar.vocab import Vocabulary
+                from halter.vocab import Vocabulary
                 self._vocab = Vocabulary.from_gguf(self.path)
         return self._vocab
 
