@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from halter.grammar.contexts import ENDS_ROOT, ESCAPES, same_context
+from halter.grammar.contexts import ENDS_ROOT, ESCAPES, WORK, same_context
 
 if TYPE_CHECKING:
     from halter.grammar.parser_state import Node, StateSpace
@@ -33,8 +33,10 @@ def earley_closure(space: "StateSpace", kernel) -> "Node":
     aliases: dict[int, set] = {}     # local ref -> contexts it was tail-called in: it returns where they do
     work = list(kernel)
     root_done = escaped = False
+    steps = 0
     while work:
         item = work.pop()
+        steps += 1
         if item in seen:
             continue
         seen.add(item)
@@ -60,6 +62,7 @@ def earley_closure(space: "StateSpace", kernel) -> "Node":
                 root_done = root_done or bool(flags & ENDS_ROOT)
                 escaped = escaped or bool(flags & ESCAPES)
             work.extend(ctx_returns[ref])
+    WORK.n += steps
     has_bytes, tokens = a.has_bytes, a.tokens
     scan_raw = [it for it in seen if has_bytes[it[0]]]
     tok_raw = [it for it in seen if tokens[it[0]]]
@@ -127,29 +130,87 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
         stack.extend(ref for _, ref in returns if ref < 0)
     if not needed:
         return same_context
-    local_sig = {r: (eff_flags[r], tuple(sorted(eff[r]))) for r in needed}
+    # Intern callees before callers, a strongly connected group of local contexts at a time (so
+    # the work is linear in the locals, however long a chain of rules calls one another): an
+    # acyclic local by the ids its returns resolved to, a cyclic group by its members' returns.
     resolved: dict[int, int] = {}
-    fresh: list[int] = []
     for r in needed:
         if r in sole:
             resolved[r] = sole[r]
-            continue
-        if r in aliases and all(ref >= 0 for _, ref in eff[r]):
+        elif r in aliases and all(ref >= 0 for _, ref in eff[r]):
             resolved[r] = space._by_meaning(eff_flags[r], eff[r])
+
+    def callees(r: int) -> list[int]:
+        return [] if r in resolved else [ref for _, ref in eff[r] if ref < 0]
+
+    table = space._ctx_table
+    for group in _groups(needed, callees):
+        if group[0] in resolved:
             continue
-        reach, stack2 = set(), [r]
-        while stack2:
-            x = stack2.pop()
-            if x in reach:
-                continue
-            reach.add(x)
-            stack2.extend(ref for _, ref in eff[x] if ref < 0)
-        key = (r, tuple(sorted([(x, local_sig[x]) for x in reach])))
-        ctx = space._ctx_table.get(key)
-        if ctx is None:
-            ctx = space._ctx_table[key] = space._new_ctx((), eff_flags[r])
-            fresh.append(r)
-        resolved[r] = ctx
-    for r in fresh:
-        ctx_returns[resolved[r]] = tuple(sorted((after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]))
+        members = set(group)
+        if len(group) == 1 and not any(ref == group[0] for _, ref in eff[group[0]]):
+            r = group[0]
+            sig = tuple(sorted({(after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]}))
+            key = (r, ((r, (eff_flags[r], sig)),))
+            ctx = table.get(key)
+            if ctx is None:
+                ctx = table[key] = space._new_ctx(sig, eff_flags[r])
+            resolved[r] = ctx
+            continue
+        sigs = {x: (eff_flags[x], tuple(sorted({(after, ref if ref in members else resolved[ref] if ref < 0 else ref)
+                                                 for after, ref in eff[x]})))
+                for x in group}
+        shape = tuple(sorted(sigs.items()))
+        fresh = []
+        for r in group:
+            key = (r, shape)
+            ctx = table.get(key)
+            if ctx is None:
+                ctx = table[key] = space._new_ctx((), eff_flags[r])
+                fresh.append(r)
+            resolved[r] = ctx
+        for r in fresh:
+            ctx_returns[resolved[r]] = tuple(sorted({(after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]}))
     return lambda ref: resolved[ref] if ref < 0 else ref
+
+
+def _groups(nodes: list[int], succ) -> list[list[int]]:
+    """Strongly connected components of the graph ``succ`` over ``nodes``, each after every
+    component it reaches (Tarjan's algorithm with an explicit stack)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    for root in nodes:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(succ(root)))]
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(succ(w))))
+                    break
+                if w in on_stack and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                work.pop()
+                if work and low[v] < low[work[-1][0]]:
+                    low[work[-1][0]] = low[v]
+                if low[v] == index[v]:
+                    group = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        group.append(w)
+                        if w == v:
+                            break
+                    out.append(group)
+    return out
