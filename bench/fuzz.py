@@ -6,8 +6,10 @@
 
 Each campaign generates cases from a seed (the same seed, the same cases) and runs them in a
 worker subprocess under ``resource`` limits: address space (``--memory-mb``) and CPU time per
-case (``--cpu-s``, through ``RLIMIT_CPU``), plus a wall-clock timeout (``--timeout-s``). A worker
-that dies or hangs is replaced and the case counted. Verdicts:
+case (``--cpu-s``, through ``RLIMIT_CPU``), plus a wall-clock timeout (``--timeout-s``; past it a
+worker that has not used its CPU time yet, starved by a loaded machine, is given up to ten times
+as long). One worker runs case after case; a worker that dies or hangs is replaced and the case
+counted. Verdicts:
 
 - ``ok``: the input was accepted, or refused with a ``HalterError`` (the promise);
 - ``crash``: any other exception escaped (the exception type and message are recorded);
@@ -283,7 +285,9 @@ def run_cli(case: dict, ctx: dict) -> None:
         raise Wrong(f"exit code {code!r}")
     if "Traceback" in err.getvalue():
         raise Wrong(f"a traceback on stderr: {err.getvalue()[-300:]}")
-    if code in (1, 2) and not err.getvalue().strip():
+    # (``validate`` answers "invalid: ..." on standard output when the text does not match: exit 1)
+    said = err.getvalue().strip() or (argv[0] == "validate" and out.getvalue().startswith("invalid"))
+    if code in (1, 2) and not said:
         raise Wrong("failed without a message")
 
 
@@ -354,6 +358,7 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", campaign,
                                       "--cpu-s", str(cpu_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, preexec_fn=limits, env=env)
+        self.cpu_s = cpu_s
 
     def run(self, case: dict, timeout_s: float) -> dict:
         try:
@@ -361,14 +366,29 @@ class Worker:
             self.proc.stdin.flush()
         except BrokenPipeError:
             return self._died()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        if not ready:
-            self.close()
-            return {"verdict": "hang", "detail": f"no answer in {timeout_s} s"}
+        cpu0, start = self.cpu_seconds(), time.monotonic()
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            if ready:
+                break
+            # past the wall-clock limit: a hang if the case used its CPU time, or the machine gave it
+            # ten times the limit; a worker starved by a loaded machine gets the benefit of the doubt
+            waited, used = time.monotonic() - start, self.cpu_seconds() - cpu0
+            if used >= self.cpu_s or waited >= 10 * timeout_s:
+                self.close()
+                return {"verdict": "hang", "detail": f"no answer in {waited:.0f} s ({used:.1f} s of CPU)"}
         line = self.proc.stdout.readline()
         if not line:
             return self._died()
         return json.loads(line)
+
+    def cpu_seconds(self) -> float:
+        """CPU time the worker has used (Linux ``/proc``; 0 where unreadable)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
 
     def _died(self) -> dict:
         code = self.proc.wait()

@@ -43,7 +43,7 @@ class Limits:
     #: Parser work (Earley items walked, contexts made and merged) one matcher call may do per
     #: byte it reads (plus 16 bytes' worth), counted over the call; ``LimitError`` past it.
     #: Grammars that are not highly ambiguous stay under 50 per byte.
-    match_work: int = 2_000
+    match_work: int = 10_000
 
     #: Bytes of one HTTP request body accepted by ``halter serve`` (larger bodies get 413).
     request_body_bytes: int = 16 * 1024 * 1024

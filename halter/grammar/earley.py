@@ -103,6 +103,7 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
     eff: dict[int, set] = {}
     eff_flags: dict[int, int] = {}
     sole: dict[int, int] = {}
+    tails: dict[int, tuple] = {}
     stack = [r for _, r in scan_raw if r < 0] + [r for _, r in tok_raw if r < 0]
     while stack:
         r = stack.pop()
@@ -110,22 +111,12 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
             continue
         seen_rules.add(r)
         needed.append(r)
-        returns, flags = set(waiting[r]), 0
         if r in aliases:                   # follow tail calls through local rules, then to real contexts
-            done, todo, real = {r}, list(aliases[r]), set()
-            while todo:
-                x = todo.pop()
-                if x < 0:
-                    if x not in done:
-                        done.add(x)
-                        returns.update(waiting[x])
-                        todo.extend(aliases.get(x, ()))
-                elif x not in real:
-                    real.add(x)
-                    returns.update(ctx_returns[x])
-                    flags |= ctx_flags[x]
-            if len(real) == 1 and all(not waiting[x] for x in done):
+            returns, flags, real, waits = _tail_info(r, waiting, aliases, tails, ctx_returns, ctx_flags)
+            if len(real) == 1 and not waits:
                 sole[r] = next(iter(real))  # only ever tail-called: it returns where its caller does
+        else:
+            returns, flags = waiting[r], 0
         eff[r], eff_flags[r] = returns, flags
         stack.extend(ref for _, ref in returns if ref < 0)
     if not needed:
@@ -172,6 +163,46 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
         for r in fresh:
             ctx_returns[resolved[r]] = tuple(sorted({(after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]}))
     return lambda ref: resolved[ref] if ref < 0 else ref
+
+
+def _tail_info(r: int, waiting: dict, aliases: dict, tails: dict, ctx_returns: list, ctx_flags: list) -> tuple:
+    """(returns, flags, real contexts, any waiting) of local ``r`` with its tail calls followed:
+    the places every local reachable through ``aliases`` returns to, and the real contexts reached
+    (their returns and flags included). Memoised in ``tails`` per strongly connected group of
+    aliases, sharing a callee's sets where a group adds nothing, so a chain of thousands of
+    tail calls costs linear time. The sets returned are shared: never change them."""
+    hit = tails.get(r)
+    if hit is not None:
+        return hit
+
+    def succ(x: int) -> list[int]:
+        return [y for y in aliases.get(x, ()) if y < 0 and y not in tails]
+
+    for group in _groups([r], succ):
+        members = set(group)
+        own = [w for x in group for w in (waiting[x],) if w]
+        real_new = {y for x in group for y in aliases.get(x, ()) if y >= 0}
+        below = list({id(i): i for x in group for y in aliases.get(x, ()) if y < 0 and y not in members
+                      for i in (tails[y],)}.values())
+        if not own and not real_new and len(below) == 1:
+            info = below[0]
+        else:
+            returns: set = set()
+            flags, real, waits = 0, set(real_new), bool(own)
+            for w in own:
+                returns.update(w)
+            for b_returns, b_flags, b_real, b_waits in below:
+                returns.update(b_returns)
+                flags |= b_flags
+                real.update(b_real)
+                waits = waits or b_waits
+            for y in real_new:
+                returns.update(ctx_returns[y])
+                flags |= ctx_flags[y]
+            info = (returns, flags, real, waits)
+        for x in group:
+            tails[x] = info
+    return tails[r]
 
 
 def _groups(nodes: list[int], succ) -> list[list[int]]:
