@@ -8,7 +8,8 @@ allowed?) then ``llama_sampler_accept``:
 
 * ``chars``: one code point at a time (its own token when the vocabulary has one, else its UTF-8
   bytes as byte tokens); the answer is how many code points were accepted and, at each accepted
-  prefix, whether an end-of-generation token was allowed (the grammar may end there);
+  prefix, whether an end-of-generation token was allowed (the grammar may end there), and whether
+  the code point it stopped on was fed as several byte tokens;
 * ``whole``: the string as the vocabulary tokenizes it, token after token.
 
 Nothing llama.cpp prints reaches the terminal (stderr goes to /dev/null); memory is capped so a
@@ -83,10 +84,11 @@ def main() -> None:
         results = []
         for s in req.get("s", []):
             L.llama_sampler_reset(smpl)
-            flags, k = [allowed(smpl, eos)], 0
+            flags, k, split = [allowed(smpl, eos)], 0, False
             for ch in s:
                 ts = tokens_of(ch)
                 if ts is None or not all(allowed(smpl, t) and (L.llama_sampler_accept(smpl, t) or True) for t in ts):
+                    split = ts is not None and len(ts) > 1     # stopped on a character fed byte by byte
                     break
                 k += 1
                 flags.append(allowed(smpl, eos))
@@ -103,7 +105,7 @@ def main() -> None:
                 L.llama_sampler_accept(smpl, toks[i])
                 done += 1
             complete = allowed(smpl, eos) if done == len(pieces) else None
-            results.append({"chars": [k, flags], "whole": [pieces, done, complete]})
+            results.append({"chars": [k, flags], "split": split, "whole": [pieces, done, complete]})
         L.llama_sampler_free(smpl)
         out.write(json.dumps({"ok": True, "r": results}) + "\n")
         out.flush()

@@ -70,3 +70,14 @@ def test_the_cases_cover_the_traps():
               'root ::= "\\/"', 'root ::= "a"{,3}', 'root ::= my_rule\nmy_rule ::= "a"', 'root ::= "a"{2001}',
               'root ::= "a"\r\nb ::= "b"\r\n']:
         assert t in texts
+
+
+def test_a_token_ending_inside_a_character_is_judged_by_its_completions():
+    # The departure docs/grammar.md lists: llama.cpp refuses the first byte of U+2D1F under
+    # [^\u2028] because U+2028 is one of the characters it could still become; halter allows it
+    # because some completion is allowed, and refuses only the completion that is excluded.
+    g = Grammar.from_gbnf('root ::= "- " [^\\r\\n\\u2028\\u2029]+ "\\n"')
+    m = g.matcher()
+    assert m.accept_bytes(b"- \xe2") and m.accept_bytes(b"\xb4\x9f\n") and m.is_accepting()
+    m = g.matcher()
+    assert m.accept_bytes(b"- \xe2\x80") and not m.accept_bytes(b"\xa8")

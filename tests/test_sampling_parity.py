@@ -119,3 +119,20 @@ def test_grammar_sampler_allows_what_llama_cpp_allows(state, spm_vocab):
     # llama.cpp refuses every token whose text starts with a NUL byte and takes bytes that never
     # occur in UTF-8 (0xC0, 0xC1, 0xF5-0xFF) as the start of a sequence
     assert allowed - special == want - special
+
+
+# llama.cpp's top-k with k = n (its bucket sort: 128 buckets over [-10, 10], each std::sort-ed) on
+# 160 logits drawn from five values, one of them on a bucket edge (-0.9375003 lands in bucket 58
+# when ``6.4f * v + 64.0f`` is rounded twice, in 57 under a fused multiply-add): the tie order of
+# llama.cpp's output depends on which bucket it is in. Ids as llama-cpp-python 0.3.36 returned them.
+_EDGE_VALUES = np.array([-3.0, -0.9875003099441528, -0.9375002980232239, -0.8875002861022949, 2.0],
+                        dtype=np.float32)
+_EDGE_PICKS = "0424330142113322222420011314240421030002434114221024113444120002231341311421221033200121203313410214424431440114130110204003411002204041102221204120202404001422"
+_EDGE_LLAMA_IDS = [94, 157, 153, 151, 144, 134, 132, 124, 120, 111, 107, 106, 103, 102, 100, 99, 1, 73, 68, 57, 56, 55, 51, 45, 42, 40, 31, 29, 27, 19, 8, 3, 4, 90, 81, 80, 91, 93, 70, 67, 65, 104, 113, 54, 123, 41, 35, 5, 25, 12, 13, 148, 88, 159, 2, 97, 158, 150, 138, 101, 146, 142, 140, 118, 129, 139, 130, 46, 9, 14, 15, 16, 17, 18, 20, 28, 32, 39, 86, 47, 50, 59, 63, 64, 74, 76, 77, 82, 115, 85, 87, 92, 95, 98, 105, 109, 110, 112, 78, 116, 125, 126, 135, 136, 141, 145, 156, 48, 10, 11, 23, 24, 26, 33, 43, 44, 7, 52, 53, 58, 66, 69, 71, 72, 75, 108, 121, 60, 155, 131, 38, 117, 30, 127, 62, 152, 137, 89, 96, 22, 114, 49, 119, 6, 122, 61, 128, 34, 133, 79, 149, 143, 84, 154, 37, 0, 21, 36, 83, 147]
+
+
+def test_bucket_sort_edge_matches_llama_cpp() -> None:
+    logits = _EDGE_VALUES[np.array([int(ch) for ch in _EDGE_PICKS])]
+    c = Candidates(np.arange(logits.size, dtype=np.int32), logits.copy())
+    TopK(int(logits.size)).apply(c)
+    assert c.ids.tolist() == _EDGE_LLAMA_IDS

@@ -19,6 +19,7 @@ from halter.grammar.ast import Expr, TokenRef
 from halter.grammar.minimize import minimize_rule as _minimize
 from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
 from halter.grammar.quotient import merge_equivalent_positions
+from halter.grammar.split_rules import split_repeats
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
@@ -191,14 +192,30 @@ def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> 
     b = NfaBuilder(rules)
     b.build_all(root)
     try:
-        per_rule = _determinize_all(b, merge)
-    except RuleTooComplex:
-        if not b.inline:
-            raise
+        return _assemble(b, _determinize_all(b, merge), root, merge)
+    except RuleTooComplex as first:
+        err = first
+    expand_first = bool(b.inline)       # first retry: the rules as written, none expanded
+    split: set[str] = set()
+    while True:
+        if expand_first:
+            expand_first = False
+        else:
+            # a rule as the user wrote it is too large: its repeats become rules (split_rules.py)
+            name = next((n for n in (err.rule, (err.rule or "").split("--")[0])
+                         if n in rules and n not in split), None)
+            if name is None:
+                raise err
+            split.add(name)
+            rules = split_repeats(rules, name)
         b = NfaBuilder(rules)
         b.build_all(root, inline=False)
-        per_rule = _determinize_all(b, merge)
-    return _assemble(b, per_rule, root, merge)
+        try:
+            per_rule = _determinize_all(b, merge)
+        except RuleTooComplex as again:
+            err = again
+            continue
+        return _assemble(b, per_rule, root, merge)
 
 
 def _determinize_all(b: NfaBuilder, merge: bool) -> list:

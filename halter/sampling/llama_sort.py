@@ -324,7 +324,8 @@ def std_partial_sort_desc(logits: np.ndarray, idx: np.ndarray, k: int) -> np.nda
 def _buckets(vals: np.ndarray) -> np.ndarray:
     """llama.cpp's bucket of each logit: ``int(scale * v + inter)`` clamped to [0, 127]."""
     with np.errstate(invalid="ignore", over="ignore"):
-        x = (np.float64(_BUCKET_SCALE) * vals.astype(np.float64) + np.float64(_BUCKET_INTER)).astype(np.float32)
+        # two float roundings, product then sum: llama.cpp's sampler is built without FMA contraction
+        x = (_BUCKET_SCALE * vals.astype(np.float32)) + _BUCKET_INTER
         x = x.astype(np.float64)
         bad = ~np.isfinite(x) | (x >= 2147483648.0) | (x < -2147483648.0)
         ib = np.where(bad, 0.0, np.trunc(np.where(bad, 0.0, x)))
