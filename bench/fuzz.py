@@ -235,7 +235,7 @@ def run_walk(case: dict, ctx: dict) -> None:
 
 
 def _walk_vocab():
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
     pieces = [bytes([b]) for b in range(32, 127)] + [b"\n", "é".encode(), b'{"', b'":', b'",', b"true", b"false",
                                                      b"null", b"12", b"-0", b"e5", b".5", b'"a"', b"[]", b"{}", b""]
     return Vocabulary.from_token_bytes(pieces, eog_ids=[len(pieces) - 1], eos_id=len(pieces) - 1)
@@ -246,7 +246,7 @@ def run_gguf(case: dict, ctx: dict) -> None:
     import gguf_corrupt
 
     from halter.engine import Model
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
     base = ctx.get("tiny")
     if base is None:
         from halter.engine import build_tiny_gguf

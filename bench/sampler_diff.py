@@ -183,7 +183,7 @@ class HalterSide:
     def compiled(self, gbnf: str):
         if gbnf not in self._compiled:
             from halter.grammar.grammar import Grammar
-            from halter.grammar.vocab import Vocabulary
+            from halter.vocab.vocabulary import Vocabulary
             if "vocab" not in self._compiled:
                 self._compiled["vocab"] = Vocabulary.from_gguf(self._vocab_path)
             self._compiled[gbnf] = Grammar.from_gbnf(gbnf).compile(self._compiled["vocab"])
@@ -436,7 +436,7 @@ def main() -> None:
         for i in range(args.cases):
             if name == "grammar":
                 if types is None:
-                    from halter.grammar.vocab import Vocabulary
+                    from halter.vocab.vocabulary import Vocabulary
                     hv = Vocabulary.from_gguf(args.vocab)
                     types = np.asarray(hv.token_types)
                     bad_utf8 = set(range(0xF5, 0x100)) | {0xC0, 0xC1}     # bytes UTF-8 never contains

@@ -17,15 +17,11 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from halter.errors import HalterError, ModelLoadError
+from halter.errors import ChatTemplateError, ModelLoadError
 
 __all__ = ["ChatTemplateError", "chat_template_of", "is_chat_prompt", "render_chat"]
 
 TEMPLATE_KEY = "tokenizer.chat_template"
-
-
-class ChatTemplateError(HalterError, ValueError):
-    """The model has no chat template, or the template rejected the messages."""
 
 
 def is_chat_prompt(prompt: Any) -> bool:
@@ -51,7 +47,7 @@ def chat_template_of(model: Any) -> str:
     cached = getattr(model, "_halter_chat_template", None)
     if cached is not None:
         return cached
-    from halter.grammar.vocab import read_gguf_metadata
+    from halter.gguf.metadata import read_gguf_metadata
 
     path = getattr(model, "path", None)
     if path is None:

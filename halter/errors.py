@@ -124,6 +124,66 @@ class LimitError(HalterError, ValueError):
         super().__init__(text)
 
 
+class RuleTooComplex(GrammarError):
+    """A rule's DFA passed ``grammar.automaton.MAX_DFA_STATES`` (a ``GrammarError``; callers that can
+    rewrite the rules, such as ``Grammar.from_regex``, catch it by type). ``rule`` names it (an
+    auxiliary rule's name starts with its source rule's, then ``--``)."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None,
+                 text: str | None = None, rule: str | None = None) -> None:
+        super().__init__(message, line, column, text)
+        self.rule = rule
+
+
+class NeverMatches(GrammarError):
+    """The root rule has no finite derivation (a ``GrammarError``; ``Grammar.from_json_schema``
+    reports it as a schema that accepts nothing)."""
+
+
+class RegexError(SchemaError):
+    """A malformed regular expression; ``position`` is the 0-based offset in the pattern."""
+
+    def __init__(self, message: str, pattern: str, position: int, pointer: str = "",
+                 keyword: str | None = "pattern") -> None:
+        self.pattern = pattern
+        self.position = position
+        super().__init__(f"{message} at offset {position} in regex {pattern!r}", pointer, keyword)
+
+
+class UnsupportedRegexError(RegexError, UnsupportedSchemaError):
+    """A valid regex using a construct no grammar can express (backreference, lookaround, ...)."""
+
+
+class SchemaWarning(UserWarning):
+    """A keyword dropped in lenient mode; the grammar then accepts more than the schema."""
+
+
+class ChatTemplateError(HalterError, ValueError):
+    """The model has no chat template, or the template rejected the messages."""
+
+
+class ConstraintError(HalterError, ValueError):
+    """A request's constraint arguments are malformed (the message names the key)."""
+
+
+class ApiError(Exception):
+    """An error answer of ``halter serve``: HTTP ``status`` and OpenAI's ``{"error": {message, type, param,
+    code}}``. Not a ``HalterError``: the server turns it into a response, it never reaches a caller."""
+
+    TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+             413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+             503: "unavailable_error"}
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str | None = None) -> None:  # noqa: A002 - OpenAI's field name
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = type or self.TYPES.get(status, "invalid_request_error")
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
 def _caret_context(text: str, line: int | None, column: int | None) -> str:
     """The source line ``line`` with a caret under ``column``.
 

@@ -243,7 +243,7 @@ def test_chat_prompts_use_the_template(model: Model) -> None:
 
 
 def test_compiled_grammar_for_another_vocabulary_is_refused(model: Model) -> None:
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
     other = Vocabulary.from_token_bytes([bytes([b]) for b in range(256)] + [b""], eog_ids=[256])
     cg = Grammar.from_gbnf('root ::= "a"').compile(other)
     with pytest.raises(GrammarError, match="257 tokens"):

@@ -148,3 +148,26 @@ def test_parsed_grammar_pickle_corrupted_is_rebuilt(cache_dir):
     g2 = _grammar(4)
     assert g2.matches("w7abc") == g.matches("w7abc") is True
     assert cache.load_pickle(pickles[0]) is not None   # stored again, signed
+
+
+def test_the_constructor_builds_what_compile_builds(cache_dir):
+    """``CompiledGrammar(grammar, vocab)`` is a complete compiled grammar: it loads stored tables as
+    ``compile`` does, gives the same masks, and refuses what is not a grammar or a vocabulary."""
+    from halter.grammar.compiled import CompiledGrammar
+    grammar, vocab = _grammar(3), _vocab()
+    first = grammar.compile(vocab, cache=False)
+    first.matcher().allowed_mask()
+    assert first.store()
+    direct = CompiledGrammar(grammar, vocab)
+    assert direct.from_cache and direct.n_built == first.n_built > 0
+    fresh = CompiledGrammar(grammar, vocab, cache=False)
+    assert not fresh.from_cache and fresh.n_built == 0
+    for cg in (direct, fresh):
+        m, ref = cg.matcher(), first.matcher()
+        for token in (256 + 3, ord("b"), ord("a")):
+            assert (m.allowed_mask() == ref.allowed_mask()).all()
+            assert m.accept_token(token) == ref.accept_token(token)
+    with pytest.raises(TypeError, match="Vocabulary"):
+        CompiledGrammar(grammar, [b"a"])
+    with pytest.raises(TypeError, match="Grammar"):
+        CompiledGrammar('root ::= "a"', vocab)

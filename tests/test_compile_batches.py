@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from halter import Grammar
-from halter.grammar.masks import BATCH, owners_to_rows, walk_trie_batch
+from halter.grammar.trie_walk import BATCH, owners_to_rows, walk_trie_batch
 from halter.schemas import json_schema_to_gbnf
 from tests.test_token_masks import synthetic_vocab
 

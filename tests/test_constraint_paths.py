@@ -84,7 +84,7 @@ def test_the_hard_regex_compiles_everywhere(tiny) -> None:
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_the_transformers_processor_resolves_the_same_grammar(case) -> None:
     transformers = pytest.importorskip("transformers")
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
     from halter.integrations.transformers import GrammarLogitsProcessor
 
     kind, spec, direct = case

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from halter.errors import GrammarError, HalterError
-from halter.grammar.vocab import Vocabulary
+from halter.vocab.vocabulary import Vocabulary
 from halter.integrations.constraints import ConstraintError, GrammarCache, parse_constraint
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}

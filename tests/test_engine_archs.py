@@ -1,7 +1,8 @@
-"""qwen3, gemma2 and gemma3 on tiny random GGUF files, against transformers' GGUF loader.
+"""qwen3, gemma2, gemma3 and phi3 on tiny random GGUF files, against transformers' GGUF loader.
 
 Each architecture's switches (Q/K head norms, post norms, GeGLU, scaled embeddings, sliding-window
-layers with their own rope base, soft-capping) are checked the way llama and qwen2 are: logits
+layers with their own rope base, soft-capping, phi3's fused Q/K/V and gate/up) are checked the way
+llama and qwen2 are: logits
 within 1e-4 of transformers in F32, the KV cache equal to a full forward (prompts longer than the
 sliding window, so the window matters), batched rows independent, static decode equal to eager.
 """
@@ -26,6 +27,8 @@ SPECS = {
     "gemma2": ({"n_layer": 2}, {"query_pre_attn_scalar": HEAD_DIM}),
     # gemma3: layers 0-4 slide (rope base 10000), layer 5 is global (rope base 1e6)
     "gemma3": ({"n_layer": 6, "rope_base": 1e6}, {"query_pre_attn_scalar": HEAD_DIM}),
+    # phi3: attn_qkv and a gate+up ffn_up; Phi3Config's default pad id (32000) is outside the vocab
+    "phi3": ({"n_layer": 2}, {"pad_token_id": None}),
 }
 
 
@@ -165,9 +168,13 @@ def test_llama3_rope_scaling_matches_transformers(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("key,value,message", [
-    ("llama.rope.scaling.type", "yarn", "unsupported rope scaling 'yarn'"),
-    ("llama.rope.scaling.type", "longrope", "unsupported rope scaling 'longrope'"),
-    ("llama.rope.dimension_count", 8, "partial rotary embeddings"),
+    ("llama.rope.scaling.type", "dynamic", "unsupported rope scaling 'dynamic'"),
+    ("llama.rope.scaling.type", "longrope", "longrope needs the tensors rope_factors_long.weight"),
+    ("llama.rope.scaling.yarn_log_multiplier", 0.1, "yarn_log_multiplier 0.1"),
+    ("llama.rope.scaling.yarn_ext_factor", 0.5, "yarn_ext_factor 0.5"),
+    ("llama.rope.scaling.factor", -2.0, "must be positive"),
+    ("llama.rope.dimension_count", 8, "partial rotary embeddings .8 of 16. are not supported for llama"),
+    ("llama.rope.dimension_count", 7, "rotary dimensions must be even"),
 ])
 def test_unsupported_fields_are_refused_by_name(tmp_path, key: str, value, message: str) -> None:
     import gguf
@@ -182,6 +189,8 @@ def test_unsupported_fields_are_refused_by_name(tmp_path, key: str, value, messa
         w.add_key_value(name, field.contents(), field.types[0], sub)
     if isinstance(value, str):
         w.add_string(key, value)
+    elif isinstance(value, float):
+        w.add_float32(key, value)
     else:
         w.add_uint32(key, value)
     for t in reader.tensors:
@@ -195,15 +204,15 @@ def test_unsupported_fields_are_refused_by_name(tmp_path, key: str, value, messa
     assert e.value.field == key
 
 
-def test_phi3_is_refused_by_name(tmp_path) -> None:
+def test_other_architectures_are_refused_by_name(tmp_path) -> None:
     import gguf
 
-    w = gguf.GGUFWriter(os.fspath(tmp_path / "phi.gguf"), "phi3")
+    w = gguf.GGUFWriter(os.fspath(tmp_path / "phi.gguf"), "phi2")
     w.add_tensor("token_embd.weight", np.zeros((10, 64), np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(ModelLoadError, match="unsupported architecture 'phi3'.*gemma3") as e:
+    with pytest.raises(ModelLoadError, match="unsupported architecture 'phi2'.*gemma3.*phi3") as e:
         Model.load(tmp_path / "phi.gguf", progress=False)
     assert e.value.field == "general.architecture"

@@ -126,7 +126,7 @@ def test_loading_does_not_modify_the_file(tiny_gguf_dir: str, tmp_path) -> None:
 def test_loading_never_decodes_the_token_arrays(tiny_gguf_dir: str, monkeypatch) -> None:
     # gguf.GGUFReader decodes every metadata array in Python (~15 s for a 150k vocabulary here);
     # loading must read the metadata with the fast reader, the tokenizer's arrays stepped over.
-    import halter.grammar.gguf_metadata as fast
+    import halter.gguf.metadata as fast
 
     def refuse(*args, **kwargs):
         raise AssertionError("Model.load used gguf.GGUFReader")

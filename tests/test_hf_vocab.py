@@ -11,7 +11,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from halter.grammar import Grammar  # noqa: E402
-from halter.grammar.vocab import (TOKEN_BYTE, TOKEN_NORMAL, TOKEN_USER_DEFINED,  # noqa: E402
+from halter.vocab.vocabulary import (TOKEN_BYTE, TOKEN_NORMAL, TOKEN_USER_DEFINED,  # noqa: E402
                                   Vocabulary)
 from halter.integrations.transformers import GrammarLogitsProcessor  # noqa: E402
 

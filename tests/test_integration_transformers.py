@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 from halter.errors import HalterError  # noqa: E402
 from halter.grammar import Grammar  # noqa: E402
-from halter.grammar.vocab import Vocabulary  # noqa: E402
+from halter.vocab.vocabulary import Vocabulary  # noqa: E402
 from halter.integrations.transformers import GrammarLogitsProcessor  # noqa: E402
 
 EOS = 256

@@ -108,15 +108,15 @@ def test_cyclic_grammars_masks_are_right_and_each_part_is_computed_once(gbnf, mo
     """Rules that derive themselves without reading (``root => x => root*``) make the escape
     walk meet its own open parts; those were then recomputed along every path (1.9M calls and
     seconds for one mask of a 4-character token). Each part is now computed once per mask."""
-    from halter.grammar import runtime_masks
+    from halter.grammar import state_masks
     from tests.test_token_masks import random_walk_check
     calls = [0]
-    original = runtime_masks.MaskAssembler._ctx_bits
+    original = state_masks.MaskAssembler._ctx_bits
 
     def counting(self, n_id, ctx):
         calls[0] += 1
         return original(self, n_id, ctx)
-    monkeypatch.setattr(runtime_masks.MaskAssembler, "_ctx_bits", counting)
+    monkeypatch.setattr(state_masks.MaskAssembler, "_ctx_bits", counting)
     pieces = [bytes([i]) for i in range(256)] + [
         "😀漢\né".encode(), "0aéb漢,".encode(), "éé(".encode(), b"a,b,", b"((", "é)é)".encode(), b"zz,"]
     vocab = Vocabulary.from_token_bytes(pieces + [b"</s>"], eog_ids=[len(pieces)])

@@ -118,3 +118,20 @@ def test_equal_states_share_one_canonical_id():
     a.accept_text("xyx")
     b.accept_text("y")
     assert a.state_id == b.state_id
+
+
+def test_matcher_names_say_what_they_match():
+    """``grammar.matcher()`` is the character matcher, ``TextMatcher``; ``compile(vocab).matcher()`` the
+    token matcher (XGrammar's ``GrammarMatcher``); the old name of the character matcher still imports,
+    with a DeprecationWarning."""
+    import halter
+    from halter.grammar import TextMatcher
+    g = Grammar.from_gbnf('root ::= "ab"')
+    assert isinstance(g.matcher(), TextMatcher) and halter.TextMatcher is TextMatcher
+    assert isinstance(g.compile(halter.Vocabulary.from_token_bytes([b"a", b"b"])).matcher(), halter.TokenMatcher)
+    with pytest.warns(DeprecationWarning, match="TextMatcher"):
+        assert halter.GrammarMatcher is TextMatcher
+    with pytest.warns(DeprecationWarning, match="TokenMatcher"):
+        from halter.grammar import GrammarMatcher
+    assert GrammarMatcher is TextMatcher
+    assert "GrammarMatcher" not in halter.__all__

@@ -14,7 +14,7 @@ from halter import generate
 from halter.engine import Model, build_tiny_gguf
 from halter.errors import HalterError
 from halter.grammar import Grammar
-from halter.grammar.vocab import Vocabulary
+from halter.vocab.vocabulary import Vocabulary
 from halter.schemas import json_schema_to_gbnf
 from tests.conftest import bench_module
 

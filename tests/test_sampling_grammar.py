@@ -186,7 +186,7 @@ def test_common_sampler_without_grammar_and_argument_errors():
 
 def _real_compiled_grammar():
     from halter.grammar.grammar import Grammar
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
     vocab = Vocabulary.from_token_bytes([b"a", b"b", b"ab", b"c", b""], eog_ids=[4])
     return Grammar.from_gbnf('root ::= "a" "b"+ "c"').compile(vocab)
 

@@ -94,7 +94,7 @@ def test_halter_gives_llama_cpps_numbers(case):
 @pytest.fixture(scope="module")
 def spm_vocab():
     from tests.conftest import shared_path
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
     return Vocabulary.from_gguf(shared_path("vocab", TABLE["vocab"]))
 
 

@@ -19,6 +19,7 @@ from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar import Grammar
 from halter.schemas import SchemaWarning, schema_to_rules
 from halter.grammar.random_text import random_text
+from tests.schema_checks import assert_text_verdicts_agree
 
 CASES = [
     # a $ref next to other keywords inlines its target, which meets the same schema again
@@ -101,24 +102,14 @@ RECURSIONS = [
 def test_recursions_through_merged_schemas_close(schema, monkeypatch):
     from halter.schemas import converter
     monkeypatch.setattr(converter, "MAX_VISITS", 100)     # each needs < 40 subschema visits
-    validator = jsonschema.Draft202012Validator(schema)
     g = Grammar.from_json_schema(schema, strict=True)
-    verdicts = {text: validator.is_valid(json.loads(text)) for text in NESTED}
-    assert any(verdicts.values()) and not all(verdicts.values())
-    assert {t: g.matches(t) for t in NESTED} == verdicts
+    assert_text_verdicts_agree(g, jsonschema.Draft202012Validator(schema), NESTED, both_verdicts=True)
 
 
 @pytest.mark.parametrize("schema,texts", CASES, ids=lambda x: json.dumps(x)[:70] if isinstance(x, dict) else "")
 def test_strict_grammar_gives_the_validators_verdict(schema, texts):
-    validator = jsonschema.Draft202012Validator(schema)
     g = Grammar.from_json_schema(schema, strict=True)
-    verdicts = {text: validator.is_valid(json.loads(text)) for text in texts}
-    assert any(verdicts.values()) and not all(verdicts.values()), "cases must hold both verdicts"
-    for text, valid in verdicts.items():
-        assert g.matches(text) == valid, f"{text} under {json.dumps(schema)}: valid={valid}"
-        compact = json.dumps(json.loads(text), separators=(",", ":"))
-        if compact.isascii() and "e" not in text.lower():
-            assert g.matches(compact) == valid, compact
+    assert_text_verdicts_agree(g, jsonschema.Draft202012Validator(schema), texts, compact=True, both_verdicts=True)
 
 
 @pytest.mark.parametrize("schema", [c[0] for c in CASES[:5]], ids=lambda s: json.dumps(s)[:70])
@@ -227,7 +218,5 @@ D2019 = "https://json-schema.org/draft/2019-09/schema"
     ({"$schema": D4, "properties": {"const": {"type": "string"}}}, ['{"const": "x"}', '{"const": 1}']),
 ], ids=lambda x: json.dumps(x)[40:100] if isinstance(x, dict) else "")
 def test_keywords_foreign_to_the_draft_are_ignored(schema, texts):
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    verdicts = {t: validator.is_valid(json.loads(t)) for t in texts}
     g = Grammar.from_json_schema(schema, strict=True)
-    assert {t: g.matches(t) for t in texts} == verdicts
+    assert_text_verdicts_agree(g, jsonschema.validators.validator_for(schema)(schema), texts)

@@ -12,6 +12,7 @@ import pytest
 from halter.grammar import Grammar
 from halter.schemas import json_schema_to_gbnf
 from halter.schemas.converter import SchemaWarning
+from tests.schema_checks import assert_verdicts_agree
 
 
 def check(schema: dict, instances: list) -> Grammar:
@@ -19,14 +20,7 @@ def check(schema: dict, instances: list) -> Grammar:
         warnings.simplefilter("error", SchemaWarning)
         g = Grammar.from_json_schema(schema)
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
-    verdicts = set()
-    for inst in instances:
-        want = validator.is_valid(inst)
-        verdicts.add(want)
-        for text in (json.dumps(inst), json.dumps(inst, ensure_ascii=False),
-                     json.dumps(inst, separators=(",", ":"))):
-            assert g.matches(text) == want, (text, want)
-    assert verdicts == {True, False}, "the instances should include valid and invalid ones"
+    assert_verdicts_agree(g, validator, instances, spellings=("default", "unicode", "compact"), both_verdicts=True)
     return g
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from halter.engine.pretokenize import PRE_TYPES, Pretokenizer
 from halter.engine.tokenizer import Tokenizer
 from halter.errors import ModelLoadError
-from halter.grammar.vocab import gpt2_byte_encoder
+from halter.vocab.vocabulary import gpt2_byte_encoder
 from tests.gguf_files import read_test_vectors, write_vocab_gguf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

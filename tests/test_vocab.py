@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from halter.errors import ModelLoadError
-from halter.grammar.vocab import Vocabulary, gpt2_byte_encoder, read_gguf_metadata
+from halter.gguf import read_gguf_metadata
+from halter.vocab.vocabulary import Vocabulary, gpt2_byte_encoder
 from tests.gguf_files import read_test_vectors, write_vocab_gguf
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -228,3 +229,14 @@ def test_duplicate_token_is_reported(tmp_path):
     path = write_vocab_gguf(tmp_path / "d.gguf", ["<unk>", "a", "b", "a"])
     with pytest.raises(ModelLoadError, match="duplicate token 'a' at ids 1 and 3"):
         Vocabulary.from_gguf(path)
+
+
+@pytest.mark.parametrize("old, new, name", [("halter.grammar.vocab", "halter.vocab", "Vocabulary"),
+                                            ("halter.grammar.gguf_metadata", "halter.gguf", "read_gguf_metadata")])
+def test_old_documented_import_paths_still_work_with_a_warning(old, new, name):
+    import importlib
+    import sys
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=new):
+        module = importlib.import_module(old)
+    assert getattr(module, name) is getattr(importlib.import_module(new), name)

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from halter.constraints import resolve
     from halter.grammar import Grammar
     from halter.grammar.compiled import cache_dir
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
 
     name = "<stdin>" if args.grammar == "-" else args.grammar
     text = read_text(args.grammar, "schema file" if args.json_schema else "grammar file")

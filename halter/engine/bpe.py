@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 from typing import Mapping, Sequence
 
-from halter.grammar.vocab import gpt2_byte_encoder
+from halter.vocab.vocabulary import gpt2_byte_encoder
 
 __all__ = ["BPE", "parse_merges"]
 

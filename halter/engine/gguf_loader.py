@@ -52,12 +52,12 @@ class TensorInfo:
 def read_layout(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
     """(metadata, tensor infos) of a GGUF file, without decoding the tokenizer's arrays.
 
-    Metadata comes from ``halter.grammar.gguf_metadata.read_gguf_metadata`` (the tokenizer's
+    Metadata comes from ``halter.gguf.metadata.read_gguf_metadata`` (the tokenizer's
     arrays skipped); the tensor-info section is read here, after stepping over the key/value
     section. ``gguf.GGUFReader`` is not used: it decodes every array element in Python (seconds
     for a 100k-token vocabulary). Problems are ``ModelLoadError``s naming the file and the field.
     """
-    from halter.grammar.gguf_metadata import read_gguf_metadata
+    from halter.gguf.metadata import read_gguf_metadata
 
     if not os.path.isfile(path):
         raise ModelLoadError("no such file", path=path)
@@ -201,7 +201,8 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
     if len(emb.shape) != 2:
         raise ModelLoadError(f"the embedding must have 2 dimensions, not shape {emb.shape}", path=path,
                              field="token_embd.weight")
-    config = ModelConfig.from_gguf_fields(meta.get, n_vocab=int(emb.shape[0]), path=path)
+    config = ModelConfig.from_gguf_fields(meta.get, n_vocab=int(emb.shape[0]), path=path,
+                                          tensor_names=infos.keys())
     # every block has tensors of its own: a block count the file cannot hold is refused before
     # the expected tensors are even listed (a missing one is then named below)
     if config.n_layer > len(infos):
@@ -209,7 +210,7 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
                              "could hold", path=path, field=f"{config.arch}.block_count")
     wanted = dict(config.expected_tensors())
     optional = {"output.weight": (config.n_vocab, config.n_embd),
-                "rope_freqs.weight": (config.head_dim // 2,)}
+                "rope_freqs.weight": (config.rope_dim // 2,)}
     for name, shape in optional.items():
         if name in infos:
             wanted[name] = shape
@@ -233,7 +234,7 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
         if info.offset + info.n_bytes > file_size:
             raise ModelLoadError("file is truncated: tensor data runs past the end", path=path,
                                  field=name)
-        target = torch.float32 if name == "rope_freqs.weight" else dtype
+        target = torch.float32 if name.startswith("rope_") else dtype
         if weights == "packed" and len(shape) == 2 and GGML_TYPES[ttype][1] > 1:
             tensors[name] = _quant_view(path, info, device)
             show(done, total, name)
@@ -244,6 +245,32 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
             raise ModelLoadError(f"corrupt tensor data ({exc})", path=path, field=name) from exc
         if not torch.isfinite(t).all():
             raise ModelLoadError("tensor contains NaN or infinite values", path=path, field=name)
+        if name.startswith("rope_") and not (t > 0).all():          # frequency divisors
+            raise ModelLoadError("rope frequency factors must be positive", path=path, field=name)
         tensors[name] = t
         show(done, total, name)
-    return config, tensors, meta
+    return config, split_fused(config, tensors), meta
+
+
+def split_fused(config: ModelConfig, tensors: dict[str, Any]) -> dict[str, Any]:
+    """Fused projections split into the separate names the model reads (row views, no copies).
+
+    ``attn_qkv`` becomes ``attn_q``/``attn_k``/``attn_v``; phi3's ``ffn_up`` (gate rows, then up
+    rows, as llama.cpp's SwiGLU splits it) becomes ``ffn_gate`` and ``ffn_up``.
+    """
+    q, kv, ff = config.n_head * config.head_dim, config.n_head_kv * config.head_dim, config.n_ff
+    for i in range(config.n_layer):
+        b = f"blk.{i}."
+        if config.fused_qkv:
+            qkv = tensors.pop(b + "attn_qkv.weight")
+            for part, (start, end) in zip("qkv", ((0, q), (q, q + kv), (q + kv, q + 2 * kv))):
+                tensors[f"{b}attn_{part}.weight"] = _row_slice(qkv, start, end)
+        if config.fused_gate_up:
+            gate_up = tensors[b + "ffn_up.weight"]
+            tensors[b + "ffn_gate.weight"] = _row_slice(gate_up, 0, ff)
+            tensors[b + "ffn_up.weight"] = _row_slice(gate_up, ff, 2 * ff)
+    return tensors
+
+
+def _row_slice(t: Any, start: int, end: int) -> Any:
+    return t.row_slice(start, end) if isinstance(t, QuantTensor) else t[start:end]

@@ -21,7 +21,7 @@ from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
 from halter.engine.qlinear import QEmbedding, QLinear
 from halter.engine.quant_tensor import QuantTensor
-from halter.engine.rope import Rope
+from halter.engine.rope import Rope, rope_for
 from halter.engine.static_decode import StaticDecoder, resolve_mode
 from halter.engine.transformer import Transformer
 from halter.errors import ModelLoadError
@@ -213,9 +213,7 @@ class Model:
         except RuntimeError as exc:
             raise ModelLoadError(f"tensors do not fit the model ({exc})", path=path) from exc
         net.eval().requires_grad_(False)
-        rope = Rope(config.head_dim, config.rope_base, config.rope_type,
-                    linear_scale=config.rope_linear_scale,
-                    freq_factors=tensors.get("rope_freqs.weight"), device=dev)
+        rope = rope_for(config, tensors, n_ctx, dev)     # rope scaling; LongRoPE depends on n_ctx
         if config.rope_base_swa:      # gemma3: sliding layers rotate with their own base, unscaled
             net.rope_swa = Rope(config.head_dim, config.rope_base_swa, config.rope_type, device=dev)
         cache = KVCache(n_layer=config.n_layer, n_seq=n_seq_max, n_ctx=n_ctx,

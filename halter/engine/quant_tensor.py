@@ -84,6 +84,10 @@ class QuantTensor:
         values = dequantize_blocks(picked.reshape(-1, self.block_bytes), self.type_name)
         return values.to(dtype).reshape(*ids.shape, self.shape[1])
 
+    def row_slice(self, start: int, end: int) -> "QuantTensor":
+        """Rows ``start:end`` (a view of the same blocks: rows are independent in every type)."""
+        return QuantTensor(self.raw[start:end], self.ggml_type, (end - start, self.shape[1]))
+
     @staticmethod
     def cat(parts: list["QuantTensor"]) -> "QuantTensor":
         """Row-wise concatenation of tensors of one type and width (fused projections)."""

@@ -1,11 +1,12 @@
 """Build tiny random-weight GGUF models: for tests, benchmarks and the no-download demo.
 
-``build_tiny_gguf`` writes a llama, qwen2, qwen3, gemma2 or gemma3 model with seeded random weights and a small
-byte-level BPE vocabulary (the 256 GPT-2 byte symbols, a few dozen merges of common English and
-JSON pairs, and BOS/EOS control tokens), in the layout llama.cpp's converter produces: llama Q/K
+``build_tiny_gguf`` writes a llama, qwen2, qwen3, gemma2, gemma3 or phi3 model with seeded random
+weights and a small byte-level BPE vocabulary (the 256 GPT-2 byte symbols, a few dozen merges of
+common English and JSON pairs, and BOS/EOS control tokens), in the layout llama.cpp's converter produces: llama Q/K
 rows permuted for the NORM rope, qwen2 with Q/K/V biases and tied output embeddings, qwen3 and
 gemma3 with Q/K head norms, gemma with post-attention/FFN norms, a sliding window (``sliding_window``,
-small by default so that it matters in short tests) and gemma2's soft-capping values. Quantized
+small by default so that it matters in short tests), gemma2's soft-capping values, and phi3's fused
+Q/K/V (``attn_qkv``) and gate/up (``ffn_up``) with optional LongRoPE factor tensors. Quantized
 types use ``gguf.quants.quantize`` where it can (Q4_0..Q8_0, BF16) and halter's own Q4_K encoder.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ TINY_MERGES: tuple[tuple[str, str], ...] = (
     ("fals", "e"), ("n", "u"), ("nu", "l"), ("nul", "l"),
 )
 BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
-TINY_ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
+TINY_ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 
 
 def gpt2_byte_symbols() -> list[str]:
@@ -142,11 +143,13 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
                     n_ctx_train: int = 2048,
                     rope_base: float = 10000.0, tied_output: bool | None = None,
                     add_bos: bool = True, head_dim: int | None = None, sliding_window: int = 8,
-                    rope_base_swa: float | None = None, rope_freqs: "np.ndarray | None" = None) -> str:
+                    rope_base_swa: float | None = None, rope_freqs: "np.ndarray | None" = None,
+                    rope_dim: int | None = None, rope_scaling: dict | None = None,
+                    rope_factors: "tuple[np.ndarray, np.ndarray] | None" = None) -> str:
     """Write a random-weight ``arch`` model (one of ``TINY_ARCHS``) to ``path``; returns the path.
 
     ``dtype`` is the type of the 2-D weights (norms stay F32). ``tied_output`` defaults to
-    False for llama and True for qwen2 (no ``output.weight``: logits use the embedding).
+    False for llama and phi3, True for the others (no ``output.weight``: logits use the embedding).
     ``vocab`` is ``"bytes"`` (the tiny byte-level BPE vocabulary) or the path of a GGUF file whose
     ``tokenizer.*`` fields are copied as they are (a vocabulary-only file such as llama.cpp's
     ``ggml-vocab-*.gguf``): a random model with a real tokenizer, for benchmarks at real vocabulary
@@ -155,6 +158,10 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
     ``sliding_window`` and, when given, ``rope_base_swa`` (``rope.freq_base_swa``).
     ``rope_freqs`` (``head_dim // 2`` values) is written as ``rope_freqs.weight``: the per-pair
     frequency divisors by which llama.cpp's converter stores Llama 3.1's ``llama3`` rope scaling.
+    ``rope_dim`` is written as ``rope.dimension_count`` (partial rotary embeddings when below the
+    head size); ``rope_scaling`` maps ``rope.scaling.*`` key suffixes to values (``{"type": "yarn",
+    "factor": 4.0, "original_context_length": 64}``); ``rope_factors`` = (long, short) writes
+    phi3's ``rope_factors_long.weight`` and ``rope_factors_short.weight``.
     """
     import gguf
 
@@ -162,7 +169,7 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
         raise ValueError(f"arch must be one of {', '.join(TINY_ARCHS)}, not {arch!r}")
     if head_dim is None and (n_embd % n_head or (n_embd // n_head) % 2) or n_head % n_head_kv:
         raise ValueError("n_embd must split into n_head even-sized heads, n_head into n_head_kv groups")
-    tied = (arch != "llama") if tied_output is None else tied_output
+    tied = (arch not in ("llama", "phi3")) if tied_output is None else tied_output
     gemma = arch.startswith("gemma")
     if vocab == "bytes":
         tokens, types, merges = tiny_vocab()
@@ -188,8 +195,15 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
     w.add_head_count_kv(n_head_kv)
     w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(1e-5)
-    if arch == "llama":
-        w.add_rope_dimension_count(head_dim)
+    if arch in ("llama", "phi3") or rope_dim is not None:
+        w.add_rope_dimension_count(head_dim if rope_dim is None else rope_dim)
+    for key, value in (rope_scaling or {}).items():
+        if isinstance(value, str):
+            w.add_string(f"{arch}.rope.scaling.{key}", value)
+        elif isinstance(value, int):
+            w.add_uint32(f"{arch}.rope.scaling.{key}", value)
+        else:
+            w.add_float32(f"{arch}.rope.scaling.{key}", float(value))
     if explicit_head_dim or gemma:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
@@ -230,9 +244,13 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
         if arch == "llama":
             wq, wk = permute_qk(wq, n_head), permute_qk(wk, n_head_kv)
         put(b + "attn_norm.weight", 1.0 + normal(n_embd, std=0.1))
-        put(b + "attn_q.weight", wq)
-        put(b + "attn_k.weight", wk)
-        put(b + "attn_v.weight", normal(n_head_kv * head_dim, n_embd, std=std))
+        wv = normal(n_head_kv * head_dim, n_embd, std=std)
+        if arch == "phi3":
+            put(b + "attn_qkv.weight", np.concatenate([wq, wk, wv]))
+        else:
+            put(b + "attn_q.weight", wq)
+            put(b + "attn_k.weight", wk)
+            put(b + "attn_v.weight", wv)
         if arch == "qwen2":
             put(b + "attn_q.bias", normal(n_head * head_dim, std=0.1))
             put(b + "attn_k.bias", normal(n_head_kv * head_dim, std=0.1))
@@ -245,12 +263,19 @@ def build_tiny_gguf(path: str | os.PathLike[str], *, arch: str = "llama", n_laye
         if gemma:
             put(b + "post_attention_norm.weight", 1.0 + normal(n_embd, std=0.1))
             put(b + "post_ffw_norm.weight", 1.0 + normal(n_embd, std=0.1))
-        put(b + "ffn_gate.weight", normal(n_ff, n_embd, std=std))
-        put(b + "ffn_up.weight", normal(n_ff, n_embd, std=std))
+        gate, up = normal(n_ff, n_embd, std=std), normal(n_ff, n_embd, std=std)
+        if arch == "phi3":                           # gate rows, then up rows
+            put(b + "ffn_up.weight", np.concatenate([gate, up]))
+        else:
+            put(b + "ffn_gate.weight", gate)
+            put(b + "ffn_up.weight", up)
         put(b + "ffn_down.weight", normal(n_embd, n_ff, std=n_ff ** -0.5))
     put("output_norm.weight", 1.0 + normal(n_embd, std=0.1))
     if rope_freqs is not None:
         w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
+    if rope_factors is not None:
+        w.add_tensor("rope_factors_long.weight", np.asarray(rope_factors[0], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.asarray(rope_factors[1], dtype=np.float32))
     if not tied:
         put("output.weight", normal(n_vocab, n_embd, std=std))
     w.write_header_to_file()

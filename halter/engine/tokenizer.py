@@ -17,8 +17,8 @@ from halter.engine.bpe import BPE, parse_merges
 from halter.engine.pretokenize import PRE_TYPES, Pretokenizer
 from halter.engine.spm import spm_encode
 from halter.errors import ModelLoadError
-from halter.grammar.vocab import (TOKEN_CONTROL, TOKEN_UNKNOWN, TOKEN_USER_DEFINED, Vocabulary,
-                                  read_gguf_metadata)
+from halter.gguf.metadata import read_gguf_metadata
+from halter.vocab.vocabulary import TOKEN_CONTROL, TOKEN_UNKNOWN, TOKEN_USER_DEFINED, Vocabulary
 
 __all__ = ["Tokenizer"]
 
@@ -100,7 +100,7 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, meta: dict[str, Any], *, path: str | Path | None = None) -> "Tokenizer":
-        """Build from metadata already read with :func:`halter.grammar.vocab.read_gguf_metadata`."""
+        """Build from metadata already read with :func:`halter.gguf.read_gguf_metadata`."""
         vocab = Vocabulary.from_gguf_metadata(meta, path=path)
         merges = meta.get(_K.MERGES)
         if merges is not None and not (isinstance(merges, list) and all(isinstance(m, bytes) for m in merges)):

@@ -2,7 +2,8 @@
 
 Architecture variants are switches of ``ModelConfig`` read here: Q/K head norms (qwen3, gemma3),
 norms after attention and the FFN, GeGLU and scaled embeddings (gemma), sliding-window layers with
-their own rope base (gemma2/3), attention and final logit soft-capping (gemma2).
+their own rope base (gemma2/3), attention and final logit soft-capping (gemma2). Fused projections
+(phi3) arrive split by the loader; rope scalings live in ``Rope`` and the attention scale.
 
 Written in the spirit of gpt-fast's ``model.py``: one small module per part, shapes noted where
 they matter. Attention reads keys and values from a ``KVCache`` (written first, then attended

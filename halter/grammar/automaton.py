@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from halter.errors import GrammarError
+from halter.errors import NeverMatches, RuleTooComplex
 from halter.grammar.ast import Expr, TokenRef
 from halter.grammar.minimize import minimize_rule as _minimize
 from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
@@ -163,22 +163,6 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
         calls.append(sorted((r, target(ts)) for r, ts in by_call.items()))
         tokens.append(sorted((k, target(ts)) for k, ts in by_tok.items()))
     return accepting, byte_next, calls, tokens
-
-
-class RuleTooComplex(GrammarError):
-    """A rule's DFA passed ``MAX_DFA_STATES`` (a ``GrammarError``; callers that can rewrite the
-    rules, such as ``Grammar.from_regex``, catch it by type). ``rule`` names it (an auxiliary
-    rule's name starts with its source rule's, then ``--``)."""
-
-    def __init__(self, message: str, line: int | None = None, column: int | None = None,
-                 text: str | None = None, rule: str | None = None) -> None:
-        super().__init__(message, line, column, text)
-        self.rule = rule
-
-
-class NeverMatches(GrammarError):
-    """The root rule has no finite derivation (a ``GrammarError``; ``Grammar.from_json_schema``
-    reports it as a schema that accepts nothing)."""
 
 
 def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> RuleAutomata:

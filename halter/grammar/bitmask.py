@@ -225,3 +225,17 @@ def _apply_torch(logits: Any, bitmask: Any, vocab_size: int | None, indices: Seq
         sub[:, :vocab].masked_fill_(disallowed, float("-inf"))
         sub[:, vocab:] = float("-inf")
         logits.index_copy_(0, rows_t, sub)
+
+
+def pack_bits(mask: np.ndarray) -> np.ndarray:
+    """Bool mask -> uint32 words, bit i of word j = element 32*j + i."""
+    n_words = (len(mask) + 31) // 32
+    padded = np.zeros(n_words * 32, dtype=bool)
+    padded[:len(mask)] = mask
+    return np.packbits(padded, bitorder="little").view("<u4").astype(np.uint32)
+
+
+def unpack_bits(words: np.ndarray, n: int) -> np.ndarray:
+    """uint32 words -> bool mask of length ``n``."""
+    as_bytes = np.ascontiguousarray(words, dtype="<u4").view(np.uint8)
+    return np.unpackbits(as_bytes, bitorder="little")[:n].astype(bool)

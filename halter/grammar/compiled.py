@@ -5,7 +5,7 @@ first time a parser state needs a grammar position's tables (the tokens that sta
 position's rule, and the trie nodes where the rule ends mid-token), the trie is walked from that
 position and the result kept for the life of the compiled grammar, so a document pays for the
 positions it visits, not for every position of the grammar. The positions a state needs at once are
-walked together (see ``masks.walk_trie_batch``). ``precompute()`` builds every position's tables
+walked together (see ``trie_walk.walk_trie_batch``). ``precompute()`` builds every position's tables
 (``save`` writes what has been built; ``load`` reads it back).
 """
 from __future__ import annotations
@@ -24,16 +24,17 @@ from halter import cache as halter_cache
 from halter.errors import GrammarError
 from halter.grammar import trie_kernel
 from halter.grammar.automaton import AUTOMATON_VERSION
-from halter.grammar.masks import (BATCH, TransitionTable, or_by_key, owner_bits, owners_to_rows, pack_bits,
-                                  sorted_unique, walk_trie_batch)
+from halter.grammar.bitmask import pack_bits
+from halter.grammar.transitions import TransitionTable
+from halter.grammar.trie_walk import BATCH, or_by_key, owner_bits, owners_to_rows, sorted_unique, walk_trie_batch
 from halter.grammar.parser_state import Node
-from halter.grammar.runtime_masks import MaskAssembler
+from halter.grammar.state_masks import MaskAssembler
 from halter.grammar.trie import TokenTrie
 
 if TYPE_CHECKING:
     from halter.grammar.grammar import Grammar
     from halter.grammar.token_matcher import TokenMatcher
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
 
 CACHE_VERSION = f"tables-3/automaton-{AUTOMATON_VERSION}"
 
@@ -43,10 +44,30 @@ def cache_dir() -> Path:
     return halter_cache.directory()
 
 
-class CompiledGrammar:
-    """A grammar compiled for a vocabulary: per-position accepted masks and escaping tokens."""
+def require_vocabulary(vocab: object) -> None:
+    """A clear ``TypeError`` for anything but a ``halter.Vocabulary``."""
+    from halter.vocab.vocabulary import Vocabulary
+    if not isinstance(vocab, Vocabulary):
+        raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
+                        "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
 
-    def __init__(self, grammar: "Grammar", vocab: "Vocabulary") -> None:
+
+class CompiledGrammar:
+    """A grammar compiled for a vocabulary: per-position accepted masks and escaping tokens.
+
+    ``CompiledGrammar(grammar, vocab)`` is what ``grammar.compile(vocab, cache=...)`` builds (that
+    one also keeps it on the grammar, one per vocabulary): token references resolved, the token trie
+    found, tables an earlier ``store()`` wrote loaded (with ``cache``), room made for the states
+    decoding meets. Position tables are built when a matcher first needs them, so every way of
+    making one gives a complete compiled grammar.
+    """
+
+    def __init__(self, grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True) -> None:
+        from halter.grammar.grammar import Grammar
+        if not isinstance(grammar, Grammar):
+            raise TypeError(f"CompiledGrammar takes a halter.Grammar, not {type(grammar).__name__}")
+        require_vocabulary(vocab)
+        t0 = time.perf_counter()
         self.grammar = grammar
         self.vocab = vocab
         self.vocab_size = vocab.size
@@ -78,8 +99,14 @@ class CompiledGrammar:
         self._kernel: trie_kernel.TrieKernel | None = None
         self._masks = MaskAssembler(self)
         self._mask_memo = self._masks.node_memo      # read by TokenMatcher.is_allowed
-        self.compile_seconds = 0.0
         self.from_cache = False
+        if cache:
+            path = self.cache_path()
+            if path.exists() and self._load_tables(path):
+                self.from_cache = True
+                halter_cache.touch(path)
+        self.table.reserve(len(self.space.nodes) * 2 + RESERVED_STATES)
+        self.compile_seconds = time.perf_counter() - t0
 
     # -- building ----------------------------------------------------------------------------
     def _resolve_token_refs(self, refs, eog: np.ndarray):
@@ -259,7 +286,7 @@ class CompiledGrammar:
     @classmethod
     def load(cls, path: str | os.PathLike, grammar: "Grammar", vocab: "Vocabulary") -> "CompiledGrammar":
         """Load tables saved by ``save`` for the same grammar and vocabulary."""
-        cg = cls(grammar, vocab)
+        cg = cls(grammar, vocab, cache=False)
         if not cg._load_tables(path):
             raise GrammarError(f"{path} does not hold tables for this grammar and vocabulary")
         cg.from_cache = True
@@ -299,21 +326,3 @@ def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
 
 
 RESERVED_STATES = 8192     # room for new parser states met while decoding, allocated up front
-
-
-def compile_grammar(grammar: "Grammar", vocab: "Vocabulary", *, cache: bool = True,
-                    progress: bool | None = None) -> CompiledGrammar:
-    """Compile ``grammar`` for ``vocab``: resolve token references and find the token trie (built once
-    per vocabulary and cached on disk); position tables are built when first needed. With ``cache``,
-    tables an earlier ``store()`` wrote for the same grammar and vocabulary are loaded. ``progress``
-    is kept for callers of the eager design (``precompute`` takes it)."""
-    t0 = time.perf_counter()
-    cg = CompiledGrammar(grammar, vocab)
-    if cache:
-        path = cg.cache_path()
-        if path.exists() and cg._load_tables(path):
-            cg.from_cache = True
-            halter_cache.touch(path)
-    cg.table.reserve(len(cg.space.nodes) * 2 + RESERVED_STATES)
-    cg.compile_seconds = time.perf_counter() - t0
-    return cg

@@ -37,7 +37,7 @@ class ContextTables:
     """The context tables of a ``StateSpace``: contexts made, substituted, merged and interned.
 
     A context id indexes ``ctx_returns`` (its ``(after, context id)`` pairs, sorted, one per place
-    once merged) and ``ctx_flags``. Contexts are made three ways: by meaning (``_by_meaning``: the
+    once merged) and ``ctx_flags``. Contexts are made three ways: by meaning (``context_by_meaning``: the
     Earley walk's contexts and unions that need no merge), by substituting a caller for OPAQUE in an
     opaque node's context (``_subst``, interned by the pair), and as unions of contexts that return
     to one place (``_union``, interned by their members).
@@ -53,6 +53,15 @@ class ContextTables:
         self._union_in: dict[frozenset, int] = {}           # contexts as given -> their union
         self._open_unions: set[int] = set()                 # unions whose returns are still being made
 
+    def intern_context(self, key: tuple, returns: tuple, flags: int) -> tuple[int, bool]:
+        """The context interned under ``key`` (made with ``returns`` and ``flags`` if new), and whether
+        it is new (the caller then fills in its returns). The Earley walk's contexts use this."""
+        ctx = self._ctx_table.get(key)
+        if ctx is not None:
+            return ctx, False
+        ctx = self._ctx_table[key] = self._new_ctx(returns, flags)
+        return ctx, True
+
     def _new_ctx(self, returns: tuple, flags: int) -> int:
         cid = len(self.ctx_returns)
         self.ctx_returns.append(returns)
@@ -66,7 +75,7 @@ class ContextTables:
         ``c``'s own when ``ctx`` escapes to the unknown caller (then it takes ``c``'s flags too).
         The id is reserved before the returns are filled in, so cyclic contexts map to cycles.
         Once every context the substitution made is filled in, each one's returns to one place
-        merge into one (``_merge``): a union of contexts reads their returns, so it must not
+        merge into one (``merge_items``): a union of contexts reads their returns, so it must not
         meet a context still being filled.
         """
         if ctx == OPAQUE_ID:
@@ -75,7 +84,7 @@ class ContextTables:
         if s is None:
             made: list[int] = []
             s = self._subst_fill(ctx, c, made)
-            ctx_returns, merge = self.ctx_returns, self._merge
+            ctx_returns, merge = self.ctx_returns, self.merge_items
             for x in made:
                 ctx_returns[x] = merge(ctx_returns[x])
         return s
@@ -110,7 +119,7 @@ class ContextTables:
             ctx_returns[s] = tuple(sorted(returns))
         return memo[(ctx, c)]
 
-    def _merge(self, items) -> tuple:
+    def merge_items(self, items) -> tuple:
         """One item per position, sorted: items at the same position merge their contexts into a union.
 
         ``(d, c1)`` and ``(d, c2)`` read the same input and, when the rule ends, return to both; so
@@ -190,7 +199,7 @@ class ContextTables:
                 has_union = has_union or c in members_of
             # a union among the inputs returns twice to one place through its members: never by meaning
             if not has_union and len({after for after, _ in returns}) == len(returns):
-                u = self._union_memo[mkey] = self._by_meaning(flags, returns)
+                u = self._union_memo[mkey] = self.context_by_meaning(flags, returns)
             else:
                 u = self._union_memo[mkey] = self._new_ctx((), flags)
                 members_of[u] = mkey
@@ -199,7 +208,7 @@ class ContextTables:
         self._union_in[key] = u
         return u
 
-    def _by_meaning(self, flags: int, returns) -> int:
+    def context_by_meaning(self, flags: int, returns) -> int:
         """The context that returns to ``returns`` (real contexts) with ``flags``, made if new."""
         key = meaning_key(flags, returns)
         ctx = self._ctx_table.get(key)

@@ -7,7 +7,10 @@ returns to. When the walk is done the local contexts the kept items need are int
 (``_resolver``), by what they return to, so that states of ambiguous and recursive grammars stay
 bounded by the grammar. ``StateSpace.closure`` runs it for kernels whose caller is unknown (the
 OPAQUE context: the opaque node of each position) and builds the other closures from those nodes,
-save chains of completions too deep or cyclic for that, which come back here.
+save chains of completions too deep or cyclic for that, which come back here. The walk uses the
+space's public interface only: the automata (``a``), ``tail_returns``, the context tables
+(``ctx_returns``, ``ctx_flags``, ``intern_context``, ``context_by_meaning``) and ``merge_items`` /
+``intern_node`` to make the node.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ def earley_closure(space: "StateSpace", kernel) -> "Node":
     ``~rule`` (< 0) until the closure is done, then interned (``_resolver``).
     """
     a = space.a
-    calls, accepting_pos, nullable, start, tail = a.calls, a.accepting, a.nullable, a.start, space._tail
+    calls, accepting_pos, nullable, start, tail = a.calls, a.accepting, a.nullable, a.start, space.tail_returns
     ctx_returns, ctx_flags = space.ctx_returns, space.ctx_flags
     seen: set = set()
     waiting: dict[int, set] = {}     # local ref -> places its rule returns to
@@ -69,9 +72,9 @@ def earley_closure(space: "StateSpace", kernel) -> "Node":
     if not scan_raw and not tok_raw and not root_done and not escaped:
         return space.dead
     resolve = _resolver(space, waiting, aliases, scan_raw, tok_raw)
-    scan = space._merge((d, resolve(r)) for d, r in scan_raw)
-    tok = space._merge((d, resolve(r)) for d, r in tok_raw)
-    return space._make_node(scan, tok, root_done, escaped)
+    scan = space.merge_items((d, resolve(r)) for d, r in scan_raw)
+    tok = space.merge_items((d, resolve(r)) for d, r in tok_raw)
+    return space.intern_node(scan, tok, root_done, escaped)
 
 
 def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, set], scan_raw: list, tok_raw: list):
@@ -93,9 +96,7 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
             if all(ref >= 0 for _, ref in returns):
                 sig = tuple(sorted(returns))
                 key = (r, ((r, (0, sig)),))          # the key the general path below makes
-                ctx = space._ctx_table.get(key)
-                if ctx is None:
-                    ctx = space._ctx_table[key] = space._new_ctx(sig, 0)
+                ctx = space.intern_context(key, sig, 0)[0]
                 return lambda ref: ctx if ref < 0 else ref
     ctx_returns, ctx_flags = space.ctx_returns, space.ctx_flags
     needed: list[int] = []
@@ -129,12 +130,11 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
         if r in sole:
             resolved[r] = sole[r]
         elif r in aliases and all(ref >= 0 for _, ref in eff[r]):
-            resolved[r] = space._by_meaning(eff_flags[r], eff[r])
+            resolved[r] = space.context_by_meaning(eff_flags[r], eff[r])
 
     def callees(r: int) -> list[int]:
         return [] if r in resolved else [ref for _, ref in eff[r] if ref < 0]
 
-    table = space._ctx_table
     for group in _groups(needed, callees):
         if group[0] in resolved:
             continue
@@ -142,11 +142,7 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
         if len(group) == 1 and not any(ref == group[0] for _, ref in eff[group[0]]):
             r = group[0]
             sig = tuple(sorted({(after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]}))
-            key = (r, ((r, (eff_flags[r], sig)),))
-            ctx = table.get(key)
-            if ctx is None:
-                ctx = table[key] = space._new_ctx(sig, eff_flags[r])
-            resolved[r] = ctx
+            resolved[r] = space.intern_context((r, ((r, (eff_flags[r], sig)),)), sig, eff_flags[r])[0]
             continue
         sigs = {x: (eff_flags[x], tuple(sorted({(after, ref if ref in members else resolved[ref] if ref < 0 else ref)
                                                  for after, ref in eff[x]})))
@@ -154,10 +150,8 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
         shape = tuple(sorted(sigs.items()))
         fresh = []
         for r in group:
-            key = (r, shape)
-            ctx = table.get(key)
-            if ctx is None:
-                ctx = table[key] = space._new_ctx((), eff_flags[r])
+            ctx, new = space.intern_context((r, shape), (), eff_flags[r])
+            if new:
                 fresh.append(r)
             resolved[r] = ctx
         for r in fresh:

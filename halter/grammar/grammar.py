@@ -1,19 +1,19 @@
 """``Grammar``: a parsed, checked grammar; the entry point from GBNF, JSON Schema, regex or Python types."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from halter.errors import GrammarError, SchemaError
+from halter.errors import GrammarError
 from halter.grammar.ast import Expr, RuleSet, format_grammar, has_token_refs
-from halter.grammar.automaton import NeverMatches, RuleAutomata, RuleTooComplex, build_automata
+from halter.grammar.automaton import RuleAutomata, RuleTooComplex, build_automata
 from halter.grammar.gbnf_parser import check_references, parse_gbnf
-from halter.grammar.matcher import GrammarMatcher
+from halter.grammar.text_matcher import TextMatcher
 from halter.grammar.parser_state import StateSpace
 
 if TYPE_CHECKING:
     from halter.grammar.compiled import CompiledGrammar
     from halter.grammar.text_check import TextCheck
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
 
 
 class Grammar:
@@ -23,11 +23,12 @@ class Grammar:
     ``from_pydantic``, ``from_type``). ``str(grammar)`` is normalized GBNF.
     """
 
-    def __init__(self, rules: dict[str, Expr], root: str = "root", *, _text: str | None = None,
-                 _automata: RuleAutomata | None = None, _check: "TextCheck | None" = None,
+    def __init__(self, rules: dict[str, Expr], root: str = "root", *, text_check: "TextCheck | None" = None,
+                 _text: str | None = None, _automata: RuleAutomata | None = None,
                  _positions: dict[str, tuple[int, int]] | None = None) -> None:
         rs = RuleSet(dict(rules))
-        self.text_check: TextCheck | None = _check     # a condition beside the grammar (uniqueItems)
+        #: a condition on the text beside the grammar, which no context-free rule can say (text_check.py)
+        self.text_check: TextCheck | None = text_check
         #: the ``GrammarWarning``s parsing raised (GBNF only): traps llama.cpp accepts, departures
         self.warnings: list = []
         check_references(rs, root, _text)
@@ -58,11 +59,13 @@ class Grammar:
         import warnings
 
         from halter.errors import GrammarWarning
-        cached = _load_cached(text, root)
+        from halter.grammar import store
+        cached = store.load(text, root, cls=cls)
         if cached is not None:
-            for message, line, column, kind in cached[2] or ():
+            grammar, found = cached
+            for message, line, column, kind in found or ():
                 warnings.warn(GrammarWarning(message, line, column, kind), stacklevel=2)
-            return cls(cached[0], root, _automata=cached[1])
+            return grammar
         rs = parse_gbnf(text)
         check_references(rs, root, text)
         grammar = cls(rs.rules, root, _text=text, _positions=rs.positions)
@@ -72,7 +75,7 @@ class Grammar:
         for message, line, column, kind in found:
             warnings.warn(GrammarWarning(message, line, column, kind), stacklevel=2)
         grammar.warnings = [GrammarWarning(*w) for w in found]
-        _store_cached(text, root, grammar, found)
+        store.store(text, grammar, found)
         return grammar
 
     @classmethod
@@ -85,48 +88,7 @@ class Grammar:
         context-free) is enforced by a check that runs beside the grammar in both matchers and in
         token masks (``grammar.text_check``); ``str(grammar)``, plain GBNF, cannot carry it.
         """
-        from halter.limits import deep_call
-        return deep_call(cls._from_json_schema, schema, where="the JSON Schema", **options)
-
-    @classmethod
-    def _from_json_schema(cls, schema: Any, **options: Any) -> "Grammar":
-        import copy
-        import json
-        import warnings
-
-        from halter.schemas.converter import _draft_of
-        from halter.schemas.json_schema import schema_to_grammar_parts
-        from halter.schemas.unique_check import UniqueItemsCheck
-        try:
-            loaded = schema if not isinstance(schema, str) else json.loads(schema)
-            key = "json-schema\0" + json.dumps([loaded, options], sort_keys=True) + "\0" + _converter_version()
-        except (TypeError, ValueError):
-            key = None
-        cached = _load_cached(key, "root") if key is not None else None
-        if cached is not None:
-            rules, automata, (caught, checked) = cached
-            for message, category in caught:
-                warnings.warn(message, category, stacklevel=2)
-            check = UniqueItemsCheck(copy.deepcopy(loaded), _draft_of(loaded)) if checked else None
-            return cls(rules, "root", _automata=automata, _check=check)
-        for split in (False, True):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                rules, check = schema_to_grammar_parts(schema, split_patterns=split, **options)
-            try:
-                grammar = cls(rules, "root", _check=check)
-                break
-            except NeverMatches:        # e.g. a required property whose schema is the object itself
-                raise SchemaError("the schema accepts no value at all (no finite JSON text fits it)", "#") from None
-            except RuleTooComplex:      # a pattern's automaton: spell the patterns with rules
-                if split:
-                    raise
-        for w in caught:
-            warnings.warn(w.message, w.category, stacklevel=2)
-        if key is not None:
-            _store_cached(key, "root", grammar, ([(str(w.message), w.category) for w in caught], check is not None),
-                          force=True)
-        return grammar
+        return _front_end("json_schema")(cls, schema, **options)
 
     @classmethod
     def from_regex(cls, pattern: str, **options: Any) -> "Grammar":
@@ -135,16 +97,7 @@ class Grammar:
         A pattern whose single automaton grows too large (nested repeats) is built again with
         a rule per repeated group (``regex_to_gbnf(split_groups=True)``).
         """
-        from halter.schemas import regex_to_gbnf
-        try:
-            try:
-                return cls.from_gbnf(regex_to_gbnf(pattern, **options))
-            except RuleTooComplex:
-                if options.get("split_groups"):
-                    raise
-            return cls.from_gbnf(regex_to_gbnf(pattern, **{**options, "split_groups": True}))
-        except NeverMatches:
-            raise NeverMatches(f"the regex {pattern!r} matches no string") from None
+        return _front_end("regex")(cls, pattern, **options)
 
     @classmethod
     def from_pydantic(cls, model: type, **options: Any) -> "Grammar":
@@ -158,9 +111,7 @@ class Grammar:
         as its ``model_dump_json`` writes them (a model with ``extra="allow"`` says so in its schema).
         This is what ``generate(output_type=model)`` uses.
         """
-        from halter.schemas.pytypes import pydantic_grammar_schema, require_model
-        schema = pydantic_grammar_schema(require_model(model))
-        return cls.from_json_schema(schema, **{"target": "pydantic", "closed_objects": True, **options})
+        return _front_end("pydantic")(cls, model, **options)
 
     @classmethod
     def from_type(cls, tp: Any, **options: Any) -> "Grammar":
@@ -168,17 +119,27 @@ class Grammar:
 
         Like ``from_pydantic``: ``target="pydantic"`` and ``closed_objects=True`` by default.
         """
-        from halter.schemas import type_to_json_schema
-        return cls.from_json_schema(type_to_json_schema(tp), **{"target": "pydantic", "closed_objects": True, **options})
+        return _front_end("type")(cls, tp, **options)
+
+    @classmethod
+    def _restored(cls, rules: dict[str, Expr], root: str, automata: RuleAutomata,
+                  check: "TextCheck | None") -> "Grammar":
+        """A grammar from rules and the automata built from them earlier (``grammar.store``)."""
+        return cls(rules, root, text_check=check, _automata=automata)
+
+    @property
+    def automata(self) -> RuleAutomata:
+        """The rules' automata: positions, byte classes, calls (what parser states are made of)."""
+        return self._automata
 
     # -- matching ----------------------------------------------------------------------------
-    def matcher(self) -> GrammarMatcher:
+    def matcher(self) -> TextMatcher:
         """A fresh character matcher at the start of the grammar."""
         if self._has_token_refs:
             raise GrammarError("this grammar uses token references (<[id]>, <text>), which match tokens, "
                                "not text: compile it for a vocabulary (grammar.compile(vocab)) and use "
                                "the token matcher")
-        return GrammarMatcher(self._space, check=self.text_check)
+        return TextMatcher(self._space, check=self.text_check)
 
     def matches(self, text: str | bytes) -> bool:
         """True when the whole of ``text`` matches the root rule."""
@@ -195,14 +156,11 @@ class Grammar:
         (matchers are independent; the compiled grammar only memoises). ``cache=False`` builds
         afresh and touches neither cache.
         """
-        from halter.grammar.compiled import compile_grammar
-        from halter.grammar.vocab import Vocabulary
-        if not isinstance(vocab, Vocabulary):
-            raise TypeError(f"compile() takes a halter.Vocabulary, not {type(vocab).__name__}: build one with "
-                            "Vocabulary.from_gguf(path) or Vocabulary.from_token_bytes([...])")
+        from halter.grammar.compiled import CompiledGrammar, require_vocabulary
+        require_vocabulary(vocab)
         if not cache:
             with self._space.lock:
-                return compile_grammar(self, vocab, cache=False, progress=progress)
+                return CompiledGrammar(self, vocab, cache=False)
         per_vocab = self.__dict__.setdefault("_compiled", {})
         key = vocab.fingerprint()
         cg = per_vocab.get(key)
@@ -210,7 +168,7 @@ class Grammar:
             with self._space.lock:               # threads compiling at once share one result
                 cg = per_vocab.get(key)
                 if cg is None:
-                    cg = per_vocab[key] = compile_grammar(self, vocab, cache=True, progress=progress)
+                    cg = per_vocab[key] = CompiledGrammar(self, vocab, cache=True)
         return cg
 
     # -- presentation ------------------------------------------------------------------------
@@ -225,47 +183,22 @@ class Grammar:
                 f"positions={self._automata.n_positions}>")
 
 
-# -- on-disk cache of parsed grammars (rules and automata), keyed by the exact source text ---------
+# -- front ends: the constructors a package above supplies (halter.schemas: JSON Schema, regex, types) ----
+
+FrontEnd = Callable[..., Grammar]
+_FRONT_ENDS: dict[str, FrontEnd] = {}
 
 
-def _cache_path(text: str, root: str):
-    import hashlib
+def register_front_end(name: str, build: FrontEnd) -> None:
+    """Make ``build(cls, source, **options)`` the body of ``Grammar.from_<name>``.
 
-    from halter import cache
-    from halter.grammar.automaton import AUTOMATON_VERSION
-    key = hashlib.sha256(f"{AUTOMATON_VERSION}\0{root}\0{text}".encode("utf-8", "surrogatepass"))
-    return cache.path("grammars", key.hexdigest()[:32], ".pickle")
-
-
-def _load_cached(text: str, root: str):
-    """(rules, automata, extra) stored under ``text`` (a grammar source or a schema key), or None."""
-    from halter import cache
-    stored = cache.load_pickle(_cache_path(text, root))
-    if not (isinstance(stored, tuple) and len(stored) == 3):
-        return None
-    return stored
+    The grammar core knows no JSON Schema, regex or Python type: ``halter.schemas`` registers its
+    converters here when it is imported (``import halter`` imports it)."""
+    _FRONT_ENDS[name] = build
 
 
-def _store_cached(text: str, root: str, grammar: Grammar, extra: object = None, force: bool = False) -> None:
-    from halter import cache
-    if len(text) < 2000 and not force:          # small grammars build faster than a file is read
-        return
-    cache.store_pickle(_cache_path(text, root), (grammar.rules, grammar._automata, extra))
-
-
-def _converter_version() -> str:
-    """A hash of the schema converter's source, so its cached output is dropped when it changes."""
-    global _CONVERTER_VERSION
-    if _CONVERTER_VERSION is None:
-        import hashlib
-        from pathlib import Path
-
-        import halter.schemas
-        h = hashlib.sha256()
-        for path in sorted(Path(halter.schemas.__file__).parent.glob("*.py")):
-            h.update(path.read_bytes())
-        _CONVERTER_VERSION = h.hexdigest()[:16]
-    return _CONVERTER_VERSION
-
-
-_CONVERTER_VERSION: str | None = None
+def _front_end(name: str) -> FrontEnd:
+    build = _FRONT_ENDS.get(name)
+    if build is None:
+        raise GrammarError(f"Grammar.from_{name} needs halter.schemas, which registers it: import halter.schemas")
+    return build

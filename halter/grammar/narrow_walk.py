@@ -1,6 +1,6 @@
 """Trie walks for narrow frontiers, one trie node at a time in plain Python.
 
-``masks.walk_subtrees`` advances a whole trie level per numpy call, which pays off when the frontier
+``trie_walk.walk_subtrees`` advances a whole trie level per numpy call, which pays off when the frontier
 is wide (string contents, where most bytes are allowed) but costs a dozen array operations per level
 however few nodes survive. Schema grammars mostly meet the other case: below the escape point of a
 key or a literal (``"``, `` "``, ``\\``) the caller's continuation allows one or two bytes, and the

@@ -20,20 +20,22 @@ A context is an int id into two tables of the ``StateSpace`` (``contexts.Context
 makes substitutions and unions): ``ctx_returns`` (its return pairs) and
 ``ctx_flags``. Items, a state's item tuples and its interning key are then tuples of ints, which
 Python's cyclic garbage collector stops tracking: a state costs the collector its ``Node`` and
-transition array, however many items and contexts it holds (see tests/test_state_space_gc.py). (One
-transition array for the whole space would save the second object, but indexing it by
-``id * n_classes + class`` costs warm byte stepping a third of its speed.)
+its row view, however many items and contexts it holds (see tests/test_state_space_gc.py).
 
 A *node* (``Node``) is a whole parser state: the items that can still read a byte or a token, plus
 two flags: ``accepting`` (the root may end here) and ``escaped`` (a rule started with the special
 ``OPAQUE`` context has ended here: used to precompute token masks per position without knowing the
 stack). Nodes are interned too, so a node is its own canonical key and transitions are memoised per
-(node, byte class) in the node's int array ``next``: once warm, reading a byte is one lookup.
+(node, byte class) in one table, ``transitions[node id, byte class]``, the only memo of them: a
+node's ``next`` is a view of its row (once warm, reading a byte is one lookup: indexing the whole
+table by ``id * n_classes + class`` costs warm byte stepping a third of its speed), and the trie
+walks read the table as a 2-D array (``transitions.py``).
 """
 from __future__ import annotations
 
 import threading
-from array import array
+
+import numpy as np
 
 from halter.grammar.automaton import RuleAutomata
 from halter import limits
@@ -47,18 +49,19 @@ __all__ = ["BOTTOM_ID", "ENDS_ROOT", "ESCAPES", "OPAQUE_ID", "Node", "StateSpace
 class Node:
     """An interned parser state. ``scan`` items can read bytes, ``tok`` items can read token refs.
 
-    ``scan`` and ``tok`` hold one item per position, sorted by position (``StateSpace._merge``).
+    ``scan`` and ``tok`` hold one item per position, sorted by position (``StateSpace.merge_items``).
     """
     __slots__ = ("id", "scan", "tok", "accepting", "escaped", "next")
 
     def __init__(self, nid: int, scan: tuple, tok: tuple, accepting: bool, escaped: bool,
-                 unknown: array) -> None:
+                 row: memoryview) -> None:
         self.id = nid
         self.scan = scan            # ((position, context id), ...)
         self.tok = tok              # ((position, context id), ...)
         self.accepting = accepting
         self.escaped = escaped
-        self.next = unknown[:]      # byte class -> next node's id (memoised transitions; -1: not yet)
+        #: byte class -> next node's id (-1: not known yet): this node's row of ``StateSpace.transitions``
+        self.next = row
 
     @property
     def dead(self) -> bool:
@@ -67,6 +70,9 @@ class Node:
     def __repr__(self) -> str:
         return f"Node({self.id}, items={len(self.scan) + len(self.tok)}, accepting={self.accepting})"
 
+
+FIRST_ROWS = 64
+"""Rows of the transition table a new state space starts with (it doubles as states are made)."""
 
 MAX_CHAIN = 48
 """Completions chained deeper than this (callers whose rest may be empty) are closed by the Earley walk."""
@@ -97,24 +103,65 @@ class StateSpace(ContextTables):
         ContextTables.__init__(self)
         self._node_table: dict[tuple, Node] = {}
         self.nodes: list[Node] = []
-        self._unknown = array("i", [-1]) * automata.n_classes    # a node's transitions, none known yet
-        self.dead = self._make_node((), (), False, False)
+        self._new_tables(FIRST_ROWS)
+        self.dead = self.intern_node((), (), False, False)
+        self.transitions[0] = 0
         self.class_of = automata.class_of
         self._opaque_nodes: dict[int, Node] = {}
         self._single: dict[tuple[int, int], Node] = {}     # item (position, context) -> its closure
         self._ret_items: dict[int, tuple] = {}             # context -> items of what it returns to
         self._ret_open: set[int] = set()                   # contexts whose _return_items is running
-        # a call whose return position is a pure end (the rule can only stop there) is a tail call
-        self._tail = [automata.accepting[p] and not automata.has_bytes[p] and not automata.calls[p]
-                      and not automata.tokens[p] for p in range(automata.n_positions)]
+        #: position -> True where a call returning there is a tail call (the rule can only stop there)
+        self.tail_returns: list[bool] = [automata.accepting[p] and not automata.has_bytes[p]
+                                         and not automata.calls[p] and not automata.tokens[p]
+                                         for p in range(automata.n_positions)]
         self.initial = self.closure([(automata.start[automata.root], BOTTOM_ID)])
 
+    # -- the transition table ----------------------------------------------------------------
+    def _new_tables(self, rows: int) -> None:
+        """The one memo of transitions, ``transitions[state id, byte class] -> state id`` (-1: not
+        known yet), with what vectorised walks read beside it: ``state_escaped`` and
+        ``state_single_pos`` (the state's one position when it is that position with an unknown
+        caller, else -1). Each node's ``next`` is a view of its row, which byte stepping reads."""
+        old = self.__dict__.get("transitions")
+        n_classes = self.a.n_classes
+        table = np.full((rows, n_classes), -1, dtype=np.int32)
+        escaped = np.zeros(rows, dtype=bool)
+        single = np.full(rows, -1, dtype=np.int64)
+        if old is not None:
+            table[:len(old)] = old
+            escaped[:len(old)] = self.state_escaped
+            single[:len(old)] = self.state_single_pos
+        self.transitions, self.state_escaped, self.state_single_pos = table, escaped, single
+        flat = memoryview(table).cast("B").cast("i")
+        self._rows = flat
+        for node in self.nodes:
+            node.next = flat[node.id * n_classes:(node.id + 1) * n_classes]
+
+    def reserve(self, n: int) -> None:
+        """Make room for state ids below ``n`` now (so that decoding does not pause to copy the table)."""
+        with self.lock:
+            if n > len(self.transitions):
+                rows = len(self.transitions)
+                while rows < n:
+                    rows *= 2
+                self._new_tables(rows)
+
     # -- interning ---------------------------------------------------------------------------
-    def _make_node(self, scan: tuple, tok: tuple, accepting: bool, escaped: bool) -> Node:
+    def intern_node(self, scan: tuple, tok: tuple, accepting: bool, escaped: bool) -> Node:
+        """The node with these items (merged, as ``merge_items`` gives them) and flags, made if new."""
         key = (scan, tok, accepting, escaped)
         node = self._node_table.get(key)
         if node is None:
-            node = Node(len(self.nodes), scan, tok, accepting, escaped, self._unknown)
+            nid = len(self.nodes)
+            if nid >= len(self.transitions):
+                self.reserve(2 * nid)
+            c = self.a.n_classes
+            node = Node(nid, scan, tok, accepting, escaped, self._rows[nid * c:(nid + 1) * c])
+            if escaped:
+                self.state_escaped[nid] = True
+            if len(scan) == 1 and scan[0][1] == OPAQUE_ID:
+                self.state_single_pos[nid] = scan[0][0]
             self._node_table[key] = node
             self.nodes.append(node)
         return node
@@ -142,7 +189,7 @@ class StateSpace(ContextTables):
                 if not has_b and not has_t:
                     return self.dead
                 item = (kernel[0],)
-                return self._make_node(item if has_b else (), item if has_t else (), False, False)
+                return self.intern_node(item if has_b else (), item if has_t else (), False, False)
             if c == OPAQUE_ID or not self.templates:
                 return earley_closure(self, kernel)
         elif not self.templates or any(c == OPAQUE_ID for _, c in kernel):
@@ -162,7 +209,7 @@ class StateSpace(ContextTables):
             self._count_template(len(self.ctx_returns) - n_ctx)
         if not scan and not tok and not accepting and not escaped:
             return self.dead
-        return self._make_node(self._merge(scan), self._merge(tok), accepting, escaped)
+        return self.intern_node(self.merge_items(scan), self.merge_items(tok), accepting, escaped)
 
     def _count_template(self, made: int) -> None:
         """Count the ``made`` contexts of a closure built from opaque nodes; past the budget, walk.
@@ -227,7 +274,7 @@ class StateSpace(ContextTables):
     def union(self, a: Node, b: Node) -> Node:
         """The state holding both ``a``'s and ``b``'s items (one per position, as every node does)."""
         with self.lock:
-            return self._make_node(self._merge(set(a.scan + b.scan)), self._merge(set(a.tok + b.tok)),
+            return self.intern_node(self.merge_items(set(a.scan + b.scan)), self.merge_items(set(a.tok + b.tok)),
                                    a.accepting or b.accepting, a.escaped or b.escaped)
 
     # -- stepping ----------------------------------------------------------------------------

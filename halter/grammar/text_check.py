@@ -1,7 +1,8 @@
-"""Checks beside the grammar: conditions on the text that no context-free grammar can express.
+"""Checks beside the grammar: the hook for conditions on the text that no context-free grammar can express.
 
-A ``Grammar`` may carry a ``TextCheck`` (JSON Schema's ``uniqueItems`` over open item sets is the
-one halter has: ``halter.schemas.unique_check``). Both matchers feed its tracker every byte the
+A ``Grammar`` may carry a ``TextCheck``; the grammar core calls it through this protocol only and
+knows nothing of what it checks (front ends above supply them: the JSON Schema converter's
+``uniqueItems`` check, ``halter.schemas.unique_check``). Both matchers feed its tracker every byte the
 grammar accepted, and refuse input the tracker refuses; token masks drop the tokens it would
 refuse, and the tokens after which it would refuse every continuation the grammar allows (a
 bounded search), so generation does not walk into a dead end. A tracker is mutable but cheap to
@@ -40,6 +41,9 @@ class CheckTracker(Protocol):
         """The current unit of text (e.g. a JSON item) whose completion ``settled`` recognises."""
 
     def settled(self, mark: object) -> bool: ...
+
+    def way_out_bytes(self) -> bytes:
+        """Bytes a search for a way out tries first, in order (the usual ways to close a unit)."""
 
 
 class TextCheck(Protocol):
@@ -114,20 +118,22 @@ def has_way_out(space: "StateSpace", node: "Node", tracker: CheckTracker, data: 
     if node.id == 0 or not tracker.feed(data):
         return False
     budget = [WAY_OUT_BUDGET]
+    first = tracker.way_out_bytes()
 
     def search(node: "Node") -> bool:
         if tracker.settled(mark):
             return True
-        quote = space.step_byte(node, 0x22)
-        if quote.id != 0:             # closing a string is the usual way out: try it before the rest
-            snap = tracker.snapshot()
-            if tracker.feed(b'"'):
-                found = search(quote)
-                tracker.restore(snap)
-                if found:
-                    return True
+        for b in first:               # the tracker's usual ways out, before the rest
+            after = space.step_byte(node, b)
+            if after.id != 0:
+                snap = tracker.snapshot()
+                if tracker.feed(bytes((b,))):
+                    found = search(after)
+                    tracker.restore(snap)
+                    if found:
+                        return True
         for b in space.live_bytes(node):
-            if b == 0x22:
+            if b in first:
                 continue
             budget[0] -= 1
             if budget[0] < 0:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from halter.grammar.masks import unpack_bits
+from halter.grammar.bitmask import unpack_bits
 from halter.grammar.parser_state import Node
 from halter.grammar.text_check import filter_token_bits, token_allowed
 

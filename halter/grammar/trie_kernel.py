@@ -2,10 +2,10 @@
 
 A position's token tables (``compiled.py``) come from walking every token from the position's opaque
 parser state: the tokens that stay readable, and the trie nodes where the state has *escaped* (the
-position's rule ended mid-token). ``masks.walk_trie_batch`` does that level by level with numpy;
+position's rule ended mid-token). ``trie_walk.walk_trie_batch`` does that level by level with numpy;
 here the same walk runs as a loop over flat arrays, JIT-compiled by numba: the trie's child ranges,
 each trie node's byte class, and the dense ``table[state, class]`` of memoised transitions
-(``masks.TransitionTable``). Transitions not computed yet (-1) cannot be computed inside compiled
+(``transitions.TransitionTable``). Transitions not computed yet (-1) cannot be computed inside compiled
 code (they build parser states), so the kernel sets those (trie node, parser state) pairs aside; the
 caller computes them with ``TransitionTable.step`` and the kernel resumes from the nodes they lead
 to, until none is left. Accepted tokens are written straight into a packed bitmask.
@@ -19,12 +19,21 @@ import os
 
 import numpy as np
 
-try:                                   # pragma: no cover - depends on the environment
-    if os.environ.get("HALTER_NO_NUMBA"):
-        raise ImportError("HALTER_NO_NUMBA is set")
-    import numba
-except ImportError:                    # pragma: no cover
-    numba = None
+_loaded: list = []       # [the jitted walk or None], filled on first use: numba (and llvmlite) load
+                         # only when a mask needs the walk, not when halter is imported
+
+
+def _compiled():
+    """The JIT-compiled walk, or None without numba (or with ``HALTER_NO_NUMBA`` set)."""
+    if not _loaded:
+        try:                                   # pragma: no cover - depends on the environment
+            if os.environ.get("HALTER_NO_NUMBA"):
+                raise ImportError("HALTER_NO_NUMBA is set")
+            import numba
+            _loaded.append(numba.njit(cache=True, nogil=True)(_walk))
+        except ImportError:                    # pragma: no cover
+            _loaded.append(None)
+    return _loaded[0]
 
 
 def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row_count, tok_sorted,
@@ -81,23 +90,21 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
     return n_esc, n_pend
 
 
-_kernel = numba.njit(cache=True, nogil=True)(_walk) if numba is not None else None
-
-
 def warm() -> None:
     """Load (or JIT-compile, the first time on a machine) the compiled walk now: ~0.5 s once per
     process, paid with the vocabulary's trie rather than inside the first mask."""
-    if _kernel is None:
+    kernel = _compiled()
+    if kernel is None:
         return
     z64, z32 = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)
-    _kernel(np.zeros((1, 1), dtype=np.int32), np.zeros(1, dtype=bool), z32, z32, z32, z32 - 1, z32, z32, z32,
+    kernel(np.zeros((1, 1), dtype=np.int32), np.zeros(1, dtype=bool), z32, z32, z32, z32 - 1, z32, z32, z32,
             z64[:0], z32[:0], np.zeros(1, dtype=np.uint32), z64.copy(), z32.copy(), z64.copy(), 0, z64.copy(),
             z32.copy(), z64 - 1, np.zeros((1, 1), dtype=np.int32), z32 - 1)
 
 
 def available() -> bool:
     """Is the compiled walk usable here (numba installed and not disabled by ``HALTER_NO_NUMBA``)?"""
-    return _kernel is not None
+    return _compiled() is not None
 
 
 def flat_arrays(trie) -> tuple:
@@ -130,12 +137,12 @@ class TrieKernel:
 
     def walk_position(self, start) -> tuple[np.ndarray, np.ndarray]:
         """(packed accepted tokens, sorted escape points) of a walk of the whole trie from ``start``
-        (an opaque node), as ``masks.walk_trie_batch`` gives them for a batch of one."""
+        (an opaque node), as ``trie_walk.walk_trie_batch`` gives them for a batch of one."""
         return self._walk_from(start, self.first_level)
 
     def walk_below(self, start, nodes: np.ndarray, first_bytes=None) -> tuple[np.ndarray, np.ndarray] | None:
         """(packed tokens strictly below trie ``nodes`` readable from ``start``, escape points), as
-        ``masks.walk_subtrees(..., want_escapes=True)`` gives them; None when some of ``nodes`` lie
+        ``trie_walk.walk_subtrees(..., want_escapes=True)`` gives them; None when some of ``nodes`` lie
         below others (the walk's buffers hold each trie node once: the caller walks with numpy)."""
         trie = self.trie
         nodes = np.asarray(nodes, dtype=np.int64)
@@ -159,7 +166,7 @@ class TrieKernel:
         items_n, items_s = items_n[live], st[live].astype(np.int32)
         next_pos = tt.next_positions()
         while len(items_n):
-            n_esc, n_pend = _kernel(tt.table, tt.escaped, self.node_cls, *self.flat, items_n, items_s, bits,
+            n_esc, n_pend = _compiled()(tt.table, tt.escaped, self.node_cls, *self.flat, items_n, items_s, bits,
                                     self.stack_n, self.stack_s, self.esc, n_esc, self.pend_n, self.pend_s,
                                     tt.single_pos, next_pos, tt.opaque_ids)
             if not n_pend:

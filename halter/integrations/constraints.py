@@ -22,15 +22,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from halter.errors import HalterError
+from halter.errors import ConstraintError
 
 __all__ = ["ConstraintError", "Constraint", "parse_constraint", "GrammarCache", "KINDS"]
 
 KINDS = ("json_schema", "grammar", "regex")
-
-
-class ConstraintError(HalterError, ValueError):
-    """A request's constraint arguments are malformed (the message names the key)."""
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,7 @@ def _plugin_disabled() -> bool:
 
 
 def _load_vocabulary(model_config: Any, vocab_size: int) -> Any:
-    from halter.grammar.vocab import Vocabulary
+    from halter.vocab.vocabulary import Vocabulary
     if getattr(model_config, "skip_tokenizer_init", False):
         raise ConstraintError("halter constraints need vLLM's tokenizer; the engine was started "
                               "with skip_tokenizer_init")

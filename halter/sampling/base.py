@@ -10,8 +10,6 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterable
 
-import numpy as np
-
 from halter.sampling.candidates import Candidates
 
 
@@ -110,7 +108,3 @@ class SamplerChain(Sampler):
 
     def __repr__(self) -> str:
         return "SamplerChain(logits -> " + " -> ".join(self.names) + ")"
-
-
-def as_int_array(tokens: Iterable[int]) -> np.ndarray:
-    return np.fromiter((int(t) for t in tokens), dtype=np.int64)

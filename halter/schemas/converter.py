@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import jsonschema
 from jsonschema import validators
 
-from halter.errors import SchemaError, UnsupportedSchemaError
+from halter.errors import SchemaError, SchemaWarning, UnsupportedSchemaError
 from halter.limits import LIMITS, check
 from halter.grammar.ast import Expr, Literal, RuleRef, alt
 from halter.schemas import drafts, logic, one_of, unevaluated
@@ -46,10 +46,6 @@ _CONSTRAINT_FREE = merging.ANNOTATIONS | {"$ref"}
 _INLINES = frozenset({"$ref", "$dynamicRef", "$recursiveRef", "allOf", "anyOf", "oneOf", "not", "if",
                       "dependentSchemas", "dependencies"})
 """Keywords through which a schema can inline another (and so, through a reference, itself)."""
-
-
-class SchemaWarning(UserWarning):
-    """A keyword dropped in lenient mode; the grammar then accepts more than the schema."""
 
 
 _MIN_BOUNDS = ("minLength", "minItems", "minProperties", "minContains")
@@ -397,10 +393,6 @@ class Converter:
         if len(opts) > 1 or "array" in types or "object" in types:
             return self.rules.add(self.hint(ptr), e)
         return e
-
-    def _may_be(self, t: str, s: dict) -> bool:
-        types = merging.types_of(s)
-        return types is None or t in types
 
     def valid(self, schema: Any, value: Any) -> bool:
         """Whether ``value`` is valid under ``schema`` (True when the validator cannot tell)."""

@@ -14,23 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from halter.errors import SchemaError, UnsupportedSchemaError
+from halter.errors import RegexError, SchemaError, UnsupportedRegexError
 from halter.grammar.ast import MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, Seq, merge_ranges
 from halter.schemas.unicode_props import property_ranges
-
-
-class RegexError(SchemaError):
-    """A malformed regular expression; ``position`` is the 0-based offset in the pattern."""
-
-    def __init__(self, message: str, pattern: str, position: int, pointer: str = "",
-                 keyword: str | None = "pattern") -> None:
-        self.pattern = pattern
-        self.position = position
-        super().__init__(f"{message} at offset {position} in regex {pattern!r}", pointer, keyword)
-
-
-class UnsupportedRegexError(RegexError, UnsupportedSchemaError):
-    """A valid regex using a construct no grammar can express (backreference, lookaround, ...)."""
 
 
 @dataclass(frozen=True)

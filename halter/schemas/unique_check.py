@@ -207,6 +207,10 @@ class UniqueItemsTracker:
         """Where the current item stands: ``settled(mark)`` is True once it is complete."""
         return (len(self._stack) - 1, self._stack[-1][5] if self._stack else 0)
 
+    def way_out_bytes(self) -> bytes:
+        """Closing a string is the usual way to finish an item."""
+        return b'"'
+
     def settled(self, mark: tuple) -> bool:
         depth, index = mark
         return len(self._stack) <= depth or self._stack[depth][-1] != index

@@ -11,29 +11,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from halter.errors import ApiError
 from halter.sampling import SamplingParams
 
 __all__ = ["ApiError", "GenSpec", "parse_chat", "parse_completion", "parse_native"]
 
 _SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)} - {"logit_bias", "seed"}
 _MAX_N = 16
-
-
-class ApiError(Exception):
-    """An error answer: HTTP ``status`` and OpenAI's ``{"error": {message, type, param, code}}``."""
-
-    TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-             413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
-             503: "unavailable_error"}
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str | None = None) -> None:  # noqa: A002 - OpenAI's field name
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.type = type or self.TYPES.get(status, "invalid_request_error")
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 @dataclass
@@ -58,6 +42,9 @@ class GenSpec:
     grammar_first: bool = False
     echo: bool = False                             # /v1/completions: the prompt text before the output
     model: str | None = None
+
+
+
 
 
 def _body(body: Any) -> Mapping[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from halter.errors import ModelLoadError
-from halter.grammar.vocab import (TOKEN_BYTE, TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_UNUSED,
+from halter.vocab.vocabulary import (TOKEN_BYTE, TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_UNUSED,
                                   TOKEN_USER_DEFINED, Vocabulary, gpt2_byte_decoder)
 
 __all__ = ["vocabulary_from_hf_tokenizer", "tokenizer_kind"]

@@ -1,11 +1,12 @@
-"""The character matcher: feed text or bytes, ask whether the input so far may end here, roll back."""
+"""``TextMatcher``, the character matcher (``grammar.matcher()``): feed text or bytes, ask whether the
+input so far may end here, roll back. The token matcher is ``token_matcher.TokenMatcher``."""
 from __future__ import annotations
 
 from halter.grammar.parser_state import Node, StateSpace
 from halter.grammar.text_check import CheckTracker, TextCheck
 
 
-class GrammarMatcher:
+class TextMatcher:
     """Incremental matcher over one grammar's parser states.
 
     ``accept_bytes``/``accept_text`` are atomic: on ``False`` the state is exactly as before. Input is
@@ -64,8 +65,8 @@ class GrammarMatcher:
             del self._snaps[-n_calls:]
             self._tracker.restore(snap)
 
-    def copy(self) -> "GrammarMatcher":
-        m = GrammarMatcher(self._space, self._node)
+    def copy(self) -> "TextMatcher":
+        m = TextMatcher(self._space, self._node)
         m._history = list(self._history)
         if self._tracker is not None:
             m._tracker, m._snaps = self._tracker.copy(), list(self._snaps)

@@ -1,126 +1,23 @@
-"""Token masks from parser states: vectorised walks of the token trie, per-position tables, escapes.
+"""Vectorised walks of the token trie from parser states, level by level with numpy.
 
-The mask of a parser state is the set of tokens whose bytes the grammar can read from it. Computing
-it from scratch would walk the whole trie, so it is split the way XGrammar splits it:
-
-* per grammar *position* ``d`` (computed once, at compile time): walk the trie from ``d`` with an
-  unknown caller (the ``OPAQUE`` context). Tokens that survive are **accepted** whatever the stack;
-  a token that makes ``d``'s rule end after ``k`` of its bytes **escapes** at ``k``: whether it fits
-  depends on the caller, so the pair (token, k) is recorded.
-* at run time, a state's mask is the OR of its items' accepted sets, plus, for each item, its
-  escaping tokens checked from the caller's continuation (one vectorised walk over just those
-  suffixes), plus — when the rule can end right away — the caller's own mask. All memoised.
-
-Walks are level-synchronous numpy gathers through a dense transition table
-``table[state, byte class]`` that is filled lazily from ``StateSpace``.
+A position's token tables (``compiled.py``) come from walking every token from the position's
+opaque parser state (caller unknown): ``walk_trie_batch`` walks up to ``BATCH`` positions at once and
+returns the tokens each accepts and its *escape points* (trie nodes where the position's rule ended
+mid-token, so that longer tokens below depend on the caller). ``walk_subtrees`` walks just the
+subtrees below given trie nodes, for the run-time masks (``state_masks.py``). Both read transitions
+from a ``transitions.TransitionTable``; ``trie_kernel.py`` is the same walk compiled by numba.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from halter.grammar.parser_state import OPAQUE_ID, Node, StateSpace
+from halter.grammar.parser_state import Node
 from halter.grammar.trie import TokenTrie
 
-
-class TransitionTable:
-    """Dense ``(state id, byte class) -> state id`` table over interned nodes; -1 = not computed yet."""
-
-    def __init__(self, space: StateSpace) -> None:
-        self.space = space
-        self.n_classes = space.a.n_classes
-        self.table = np.full((1024, self.n_classes), -1, dtype=np.int32)
-        self.table[0] = 0
-        self.escaped = np.zeros(1024, dtype=bool)
-        self.class_of = np.asarray(space.class_of, dtype=np.int64)
-        self._dead: dict[int, np.ndarray] = {}         # position -> classes it cannot read
-        self.single_pos = np.full(1024, -1, dtype=np.int64)   # state -> its one position, caller unknown
-        self._registered = bytearray(1024)            # state -> its row has been set up
-        self._next_pos: np.ndarray | None = None       # byte_next as an array, built when first needed
-        self.opaque_ids = np.full(space.a.n_positions, -1, dtype=np.int32)  # position -> its opaque node, registered
-
-    def reserve(self, n: int) -> None:
-        """Make room for state ids below ``n`` now, so that decoding does not pause to copy the table."""
-        self._grow(n - 1)
-
-    def _grow(self, n: int) -> None:
-        cap = len(self.table)
-        if n < cap:
-            return
-        while cap <= n:
-            cap *= 2
-        t = np.full((cap, self.n_classes), -1, dtype=np.int32)
-        t[:len(self.table)] = self.table
-        e = np.zeros(cap, dtype=bool)
-        e[:len(self.escaped)] = self.escaped
-        sp = np.full(cap, -1, dtype=np.int64)
-        sp[:len(self.single_pos)] = self.single_pos
-        self.table, self.escaped, self.single_pos = t, e, sp
-        self._registered.extend(bytes(cap - len(self._registered)))
-
-    def register(self, node: Node) -> None:
-        """Make room for ``node`` and fill in, at once, the byte classes none of its items can read
-        (most of them): walks then only ever compute the transitions that lead somewhere."""
-        nid = node.id
-        if nid < len(self._registered) and self._registered[nid]:
-            return
-        self._grow(nid)
-        self._registered[nid] = 1
-        self.escaped[nid] = node.escaped
-        row = self.table[nid]
-        if nid != 0:
-            scan = node.scan
-            if not scan:
-                row[:] = 0
-            elif len(scan) == 1:
-                d, ctx = scan[0]
-                row[self._position_dead(d)] = 0
-                if ctx == OPAQUE_ID:
-                    self.single_pos[nid] = d
-            else:
-                row[np.logical_and.reduce([self._position_dead(d) for d, _ in scan])] = 0
-
-    def _position_dead(self, d: int) -> np.ndarray:
-        dead = self._dead.get(d)
-        if dead is None:
-            dead = self._dead[d] = np.asarray(self.space.a.byte_next[d]) < 0
-        return dead
-
-    def next_positions(self) -> np.ndarray:
-        """``byte_next`` as an int32 array ``[position, class]`` (-1: no transition)."""
-        if self._next_pos is None:
-            self._next_pos = np.asarray(self.space.a.byte_next, dtype=np.int32)
-        return self._next_pos
-
-    def step(self, states: np.ndarray, classes: np.ndarray) -> np.ndarray:
-        """Next state for each (state, class) pair, computing unknown transitions on the way.
-
-        A state that is one position with an unknown caller (most states of the compile-time
-        walks) steps to the opaque node of the next position: those are looked up together, and
-        only positions met for the first time build a node.
-        """
-        nxt = self.table[states, classes]
-        unknown = nxt < 0
-        if unknown.any():
-            us, uc = states[unknown], classes[unknown]
-            pos = self.single_pos[us]
-            single = pos >= 0
-            if single.any():
-                target = self.next_positions()[pos[single], uc[single]]      # >= 0: dead classes are filled
-                ids = self.opaque_ids[target]
-                for t in sorted_unique(target[ids < 0]).tolist():
-                    node = self.space.opaque_node(t)
-                    self.register(node)
-                    self.opaque_ids[t] = node.id
-                self.table[us[single], uc[single]] = self.opaque_ids[target]
-                us, uc = us[~single], uc[~single]
-            nodes = self.space.nodes
-            for p in sorted_unique(us.astype(np.int64) * self.n_classes + uc).tolist():
-                s, c = divmod(p, self.n_classes)
-                node = self.space.step_class(nodes[s], c)
-                self.register(node)
-                self.table[s, c] = node.id
-            nxt = self.table[states, classes]
-        return nxt
+if TYPE_CHECKING:
+    from halter.grammar.transitions import TransitionTable
 
 
 BATCH = 64
@@ -274,17 +171,3 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(out[1:], out[:-1], out=keep[1:])
     return out[keep]
-
-
-def pack_bits(mask: np.ndarray) -> np.ndarray:
-    """Bool mask -> uint32 words, bit i of word j = element 32*j + i."""
-    n_words = (len(mask) + 31) // 32
-    padded = np.zeros(n_words * 32, dtype=bool)
-    padded[:len(mask)] = mask
-    return np.packbits(padded, bitorder="little").view("<u4").astype(np.uint32)
-
-
-def unpack_bits(words: np.ndarray, n: int) -> np.ndarray:
-    """uint32 words -> bool mask of length ``n``."""
-    as_bytes = np.ascontiguousarray(words, dtype="<u4").view(np.uint8)
-    return np.unpackbits(as_bytes, bitorder="little")[:n].astype(bool)

@@ -6,9 +6,9 @@ The mask of a parser state is the OR, over its items ``(position d, context c)``
 * the tokens below ``d``'s *escape points* (the set ``N`` of trie nodes where the rule ends
   mid-token) whose rest can be read once the rule has returned to ``c``: ``ctx_bits(N, c)``.
 
-(If ``d``'s rule may end right here, the caller's continuation is allowed too; but a state is an
-Earley closure, so it already holds those items — completion put them there — and they bring their
-own tokens.)
+Nothing is added for the caller's continuation where ``d``'s rule may end right here: a state is an
+Earley closure, so it already holds the items the caller returns to (completion put them there), and
+their own ``acc`` and escapes bring those tokens.
 
 ``ctx_bits(N, c)`` never builds the parser state ``c`` returns to. That state is the closure of
 ``c``'s returns, and what a set of items reads is the union of what each reads; ``(after, c')`` reads
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from halter.grammar.masks import walk_subtrees
+from halter.grammar.trie_walk import walk_subtrees
 from halter.grammar.narrow_walk import NarrowWalker
 from halter.grammar.parser_state import ESCAPES, Node
 
@@ -136,9 +136,9 @@ class MaskAssembler:
     def _escape_bits(self, d: int, ctx: int) -> np.ndarray:
         """Tokens that end ``d``'s rule mid-token and go on in the caller ``ctx`` returns to.
 
-        When the rule may end right here (``d`` accepting), the caller's whole continuation is
-        allowed too — but a node is an Earley closure: it already holds the items ``ctx`` returns
-        to (completion added them), so their tokens come from those items and are not added again.
+        Nothing is added for the caller's continuation where the rule may end right here (``d``
+        accepting): a node is an Earley closure, so it already holds the items ``ctx`` returns to
+        (completion added them), and their tokens come from those items.
         """
         key = (d, ctx)
         bits = self._esc_memo.get(key)

@@ -1,0 +1,110 @@
+"""Transitions as the vectorised trie walks read them: a 2-D ``table[state id, byte class] -> state id``.
+
+The table is the parser states' own memo of transitions (``StateSpace.transitions``, each node's
+``next`` is a view of its row): what byte-by-byte stepping learns, the walks read, and the other way
+round. ``TransitionTable`` adds what the walks (``trie_walk.py``, ``trie_kernel.py``) need on top:
+stepping whole arrays of (state, class) pairs at once, computing the missing ones through
+``StateSpace.step_class``, and filling in, when a state is first walked, the classes none of its
+items can read.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from halter.grammar.parser_state import Node, StateSpace
+from halter.grammar.trie_walk import sorted_unique
+
+
+class TransitionTable:
+    """Vectorised access to a state space's transition table; -1 = not computed yet."""
+
+    def __init__(self, space: StateSpace) -> None:
+        self.space = space
+        self.n_classes = space.a.n_classes
+        self.class_of = np.asarray(space.class_of, dtype=np.int64)
+        self._dead: dict[int, np.ndarray] = {}         # position -> classes it cannot read
+        self._registered = bytearray()                # state -> its dead classes are filled in
+        self._next_pos: np.ndarray | None = None       # byte_next as an array, built when first needed
+        self.opaque_ids = np.full(space.a.n_positions, -1, dtype=np.int32)  # position -> its opaque node, registered
+
+    @property
+    def table(self) -> np.ndarray:
+        """``[state id, byte class] -> state id`` (the space's; a new array after the space grows)."""
+        return self.space.transitions
+
+    @property
+    def escaped(self) -> np.ndarray:
+        """State id -> its ``escaped`` flag."""
+        return self.space.state_escaped
+
+    @property
+    def single_pos(self) -> np.ndarray:
+        """State id -> its one position when it is that position with an unknown caller, else -1."""
+        return self.space.state_single_pos
+
+    def reserve(self, n: int) -> None:
+        """Make room for state ids below ``n`` now, so that decoding does not pause to copy the table."""
+        self.space.reserve(n)
+
+    def register(self, node: Node) -> None:
+        """Make room for ``node`` and fill in, at once, the byte classes none of its items can read
+        (most of them): walks then only ever compute the transitions that lead somewhere."""
+        nid = node.id
+        if nid < len(self._registered) and self._registered[nid]:
+            return
+        if nid >= len(self._registered):
+            self._registered.extend(bytes(max(nid + 1, 2 * len(self._registered)) - len(self._registered)))
+        self._registered[nid] = 1
+        row = self.table[nid]
+        if nid != 0:
+            scan = node.scan
+            if not scan:
+                row[:] = 0
+            elif len(scan) == 1:
+                row[self._position_dead(scan[0][0])] = 0
+            else:
+                row[np.logical_and.reduce([self._position_dead(d) for d, _ in scan])] = 0
+
+    def _position_dead(self, d: int) -> np.ndarray:
+        dead = self._dead.get(d)
+        if dead is None:
+            dead = self._dead[d] = np.asarray(self.space.a.byte_next[d]) < 0
+        return dead
+
+    def next_positions(self) -> np.ndarray:
+        """``byte_next`` as an int32 array ``[position, class]`` (-1: no transition)."""
+        if self._next_pos is None:
+            self._next_pos = np.asarray(self.space.a.byte_next, dtype=np.int32)
+        return self._next_pos
+
+    def step(self, states: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """Next state for each (state, class) pair, computing unknown transitions on the way.
+
+        A state that is one position with an unknown caller (most states of the compile-time
+        walks) steps to the opaque node of the next position: those are looked up together, and
+        only positions met for the first time build a node.
+        """
+        nxt = self.table[states, classes]
+        unknown = nxt < 0
+        if unknown.any():
+            us, uc = states[unknown], classes[unknown]
+            pos = self.single_pos[us]
+            single = pos >= 0
+            if single.any():
+                target = self.next_positions()[pos[single], uc[single]]      # -1: a dead class
+                live = target >= 0
+                ids = self.opaque_ids[target[live]]
+                for t in sorted_unique(target[live][ids < 0]).tolist():
+                    node = self.space.opaque_node(t)
+                    self.register(node)
+                    self.opaque_ids[t] = node.id
+                ids = np.zeros(len(target), dtype=np.int32)
+                ids[live] = self.opaque_ids[target[live]]
+                self.table[us[single], uc[single]] = ids
+                us, uc = us[~single], uc[~single]
+            nodes = self.space.nodes
+            for p in sorted_unique(us.astype(np.int64) * self.n_classes + uc).tolist():
+                s, c = divmod(p, self.n_classes)
+                self.register(self.space.step_class(nodes[s], c))     # (step_class writes the table)
+            nxt = self.table[states, classes]
+        return nxt
