@@ -161,8 +161,12 @@ def _secret() -> bytes:
 
 
 def store_pickle(p: Path, obj: Any) -> bool:
-    """Pickle ``obj`` to ``p`` with an HMAC header (see the module docstring)."""
-    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    """Pickle ``obj`` to ``p`` with an HMAC header (see the module docstring). False when it could
+    not be written (a structure nested too deeply for the pickler is not cached: it is rebuilt)."""
+    try:
+        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except RecursionError:
+        return False
     try:
         tag = hmac.new(_secret(), payload, hashlib.sha256).digest()
     except OSError:

@@ -40,6 +40,11 @@ class Limits:
     #: Transformer blocks (``<arch>.block_count``) a GGUF model may declare; checked before any
     #: per-layer structure is made.
     model_layers: int = 4096
+    #: Parser work (Earley items walked, contexts made and merged) one matcher call may do per
+    #: byte it reads (plus 16 bytes' worth), counted over the call; ``LimitError`` past it.
+    #: Grammars that are not highly ambiguous stay under 50 per byte.
+    match_work: int = 10_000
+
     #: Bytes of one HTTP request body accepted by ``halter serve`` (larger bodies get 413).
     request_body_bytes: int = 16 * 1024 * 1024
 

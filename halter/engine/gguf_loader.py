@@ -168,6 +168,10 @@ def _report(progress: Progress, path: Any) -> Callable[[int, int, str], None]:
 
 def _quant_view(path: Any, info: TensorInfo, device: torch.device) -> QuantTensor:
     """The tensor's raw blocks (file-backed view on the CPU), its scale fields checked for NaN/inf."""
+    name, block_len, _ = GGML_TYPES[info.type]
+    if len(info.shape) < 2 or info.shape[1] % block_len:
+        raise ModelLoadError(f"{name} rows of {info.shape[1] if len(info.shape) > 1 else '?'} values are not whole "
+                             f"blocks of {block_len}", path=path, field=info.name)
     q = QuantTensor.from_file(os.fspath(path), info.offset, info.type, info.shape)  # type: ignore[arg-type]
     if not q.scales_finite():
         raise ModelLoadError("tensor contains NaN or infinite scales", path=path, field=info.name)

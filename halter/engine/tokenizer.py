@@ -106,6 +106,9 @@ class Tokenizer:
         if merges is not None and not (isinstance(merges, list) and all(isinstance(m, bytes) for m in merges)):
             raise ModelLoadError("merges must be an array of strings", path=path, field=_K.MERGES)
         pre = meta.get(_K.PRE)
+        if pre is not None and not isinstance(pre, str):
+            raise ModelLoadError(f"pre-tokenizer type must be a string, not {type(pre).__name__}", path=path,
+                                 field=_K.PRE)
         if vocab.model == "gpt2":
             if merges is None:
                 raise ModelLoadError("byte-level BPE vocabulary without merges", path=path, field=_K.MERGES)

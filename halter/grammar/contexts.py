@@ -5,11 +5,22 @@ A context says where a rule returns when it ends: an int id into the ``StateSpac
 """
 from __future__ import annotations
 
+import threading
+
 # The two special contexts, and the flags marking the special endings a context may include:
 # ``ENDS_ROOT`` (the whole input may end: the BOTTOM context) and ``ESCAPES`` (an unknown caller:
 # the OPAQUE context). A context can be the union of several, when items at one position merge.
 BOTTOM_ID, OPAQUE_ID = 0, 1
 ENDS_ROOT, ESCAPES = 1, 2
+
+
+class _WorkMeter(threading.local):
+    """Parser work done by this thread (items walked, contexts made, returns merged): the matching
+    budget (``Limits.match_work``) reads it."""
+    n = 0
+
+
+WORK = _WorkMeter()
 
 
 def meaning_key(flags: int, returns) -> tuple:
@@ -79,19 +90,34 @@ class ContextTables:
         return s
 
     def _subst_fill(self, ctx: int, c: int, made: list) -> int:
+        """Reserve a context per ``(context, c)`` pair reachable from ``ctx``, then fill in their
+        returns (an explicit worklist: chains of contexts are as deep as chains of rules)."""
         if ctx == OPAQUE_ID:
             return c
-        key = (ctx, c)
-        s = self._subst_memo.get(key)
-        if s is None:
-            flags = self.ctx_flags[ctx]
-            s = self._subst_memo[key] = self._new_ctx((), (flags & ~ESCAPES) | (self.ctx_flags[c] if flags & ESCAPES else 0))
+        memo = self._subst_memo
+        s = memo.get((ctx, c))
+        if s is not None:
+            return s
+        ctx_flags, ctx_returns = self.ctx_flags, self.ctx_returns
+        c_flags = ctx_flags[c]
+        todo, new = [ctx], []
+        while todo:
+            x = todo.pop()
+            if x == OPAQUE_ID or (x, c) in memo:
+                continue
+            flags = ctx_flags[x]
+            memo[(x, c)] = self._new_ctx((), (flags & ~ESCAPES) | (c_flags if flags & ESCAPES else 0))
+            new.append(x)
+            todo.extend(c2 for _, c2 in ctx_returns[x])
+        WORK.n += len(new)
+        for x in new:
+            s = memo[(x, c)]
             made.append(s)
-            returns = {(after, self._subst_fill(c2, c, made)) for after, c2 in self.ctx_returns[ctx]}
-            if flags & ESCAPES:
-                returns.update(self.ctx_returns[c])
-            self.ctx_returns[s] = tuple(sorted(returns))
-        return s
+            returns = {(after, c if c2 == OPAQUE_ID else memo[(c2, c)]) for after, c2 in ctx_returns[x]}
+            if ctx_flags[x] & ESCAPES:
+                returns.update(ctx_returns[c])
+            ctx_returns[s] = tuple(sorted(returns))
+        return memo[(ctx, c)]
 
     def merge_items(self, items) -> tuple:
         """One item per position, sorted: items at the same position merge their contexts into a union.
@@ -129,6 +155,7 @@ class ContextTables:
         ctx_returns, open_ = self.ctx_returns, self._open_unions
         while pending:
             v, returns = pending.pop()
+            WORK.n += len(returns) + 1
             by_after: dict[int, list[int]] = {}
             for after, c in returns:
                 by_after.setdefault(after, []).append(c)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from halter.grammar.contexts import ENDS_ROOT, ESCAPES, same_context
+from halter.grammar.contexts import ENDS_ROOT, ESCAPES, WORK, same_context
 
 if TYPE_CHECKING:
     from halter.grammar.parser_state import Node, StateSpace
@@ -36,8 +36,10 @@ def earley_closure(space: "StateSpace", kernel) -> "Node":
     aliases: dict[int, set] = {}     # local ref -> contexts it was tail-called in: it returns where they do
     work = list(kernel)
     root_done = escaped = False
+    steps = 0
     while work:
         item = work.pop()
+        steps += 1
         if item in seen:
             continue
         seen.add(item)
@@ -63,6 +65,7 @@ def earley_closure(space: "StateSpace", kernel) -> "Node":
                 root_done = root_done or bool(flags & ENDS_ROOT)
                 escaped = escaped or bool(flags & ESCAPES)
             work.extend(ctx_returns[ref])
+    WORK.n += steps
     has_bytes, tokens = a.has_bytes, a.tokens
     scan_raw = [it for it in seen if has_bytes[it[0]]]
     tok_raw = [it for it in seen if tokens[it[0]]]
@@ -101,6 +104,7 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
     eff: dict[int, set] = {}
     eff_flags: dict[int, int] = {}
     sole: dict[int, int] = {}
+    tails: dict[int, tuple] = {}
     stack = [r for _, r in scan_raw if r < 0] + [r for _, r in tok_raw if r < 0]
     while stack:
         r = stack.pop()
@@ -108,48 +112,130 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
             continue
         seen_rules.add(r)
         needed.append(r)
-        returns, flags = set(waiting[r]), 0
         if r in aliases:                   # follow tail calls through local rules, then to real contexts
-            done, todo, real = {r}, list(aliases[r]), set()
-            while todo:
-                x = todo.pop()
-                if x < 0:
-                    if x not in done:
-                        done.add(x)
-                        returns.update(waiting[x])
-                        todo.extend(aliases.get(x, ()))
-                elif x not in real:
-                    real.add(x)
-                    returns.update(ctx_returns[x])
-                    flags |= ctx_flags[x]
-            if len(real) == 1 and all(not waiting[x] for x in done):
+            returns, flags, real, waits = _tail_info(r, waiting, aliases, tails, ctx_returns, ctx_flags)
+            if len(real) == 1 and not waits:
                 sole[r] = next(iter(real))  # only ever tail-called: it returns where its caller does
+        else:
+            returns, flags = waiting[r], 0
         eff[r], eff_flags[r] = returns, flags
         stack.extend(ref for _, ref in returns if ref < 0)
     if not needed:
         return same_context
-    local_sig = {r: (eff_flags[r], tuple(sorted(eff[r]))) for r in needed}
+    # Intern callees before callers, a strongly connected group of local contexts at a time (so
+    # the work is linear in the locals, however long a chain of rules calls one another): an
+    # acyclic local by the ids its returns resolved to, a cyclic group by its members' returns.
     resolved: dict[int, int] = {}
-    fresh: list[int] = []
     for r in needed:
         if r in sole:
             resolved[r] = sole[r]
-            continue
-        if r in aliases and all(ref >= 0 for _, ref in eff[r]):
+        elif r in aliases and all(ref >= 0 for _, ref in eff[r]):
             resolved[r] = space.context_by_meaning(eff_flags[r], eff[r])
+
+    def callees(r: int) -> list[int]:
+        return [] if r in resolved else [ref for _, ref in eff[r] if ref < 0]
+
+    for group in _groups(needed, callees):
+        if group[0] in resolved:
             continue
-        reach, stack2 = set(), [r]
-        while stack2:
-            x = stack2.pop()
-            if x in reach:
-                continue
-            reach.add(x)
-            stack2.extend(ref for _, ref in eff[x] if ref < 0)
-        key = (r, tuple(sorted([(x, local_sig[x]) for x in reach])))
-        ctx, new = space.intern_context(key, (), eff_flags[r])
-        if new:
-            fresh.append(r)
-        resolved[r] = ctx
-    for r in fresh:
-        ctx_returns[resolved[r]] = tuple(sorted((after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]))
+        members = set(group)
+        if len(group) == 1 and not any(ref == group[0] for _, ref in eff[group[0]]):
+            r = group[0]
+            sig = tuple(sorted({(after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]}))
+            resolved[r] = space.intern_context((r, ((r, (eff_flags[r], sig)),)), sig, eff_flags[r])[0]
+            continue
+        sigs = {x: (eff_flags[x], tuple(sorted({(after, ref if ref in members else resolved[ref] if ref < 0 else ref)
+                                                 for after, ref in eff[x]})))
+                for x in group}
+        shape = tuple(sorted(sigs.items()))
+        fresh = []
+        for r in group:
+            ctx, new = space.intern_context((r, shape), (), eff_flags[r])
+            if new:
+                fresh.append(r)
+            resolved[r] = ctx
+        for r in fresh:
+            ctx_returns[resolved[r]] = tuple(sorted({(after, resolved[ref] if ref < 0 else ref) for after, ref in eff[r]}))
     return lambda ref: resolved[ref] if ref < 0 else ref
+
+
+def _tail_info(r: int, waiting: dict, aliases: dict, tails: dict, ctx_returns: list, ctx_flags: list) -> tuple:
+    """(returns, flags, real contexts, any waiting) of local ``r`` with its tail calls followed:
+    the places every local reachable through ``aliases`` returns to, and the real contexts reached
+    (their returns and flags included). Memoised in ``tails`` per strongly connected group of
+    aliases, sharing a callee's sets where a group adds nothing, so a chain of thousands of
+    tail calls costs linear time. The sets returned are shared: never change them."""
+    hit = tails.get(r)
+    if hit is not None:
+        return hit
+
+    def succ(x: int) -> list[int]:
+        return [y for y in aliases.get(x, ()) if y < 0 and y not in tails]
+
+    for group in _groups([r], succ):
+        members = set(group)
+        own = [w for x in group for w in (waiting[x],) if w]
+        real_new = {y for x in group for y in aliases.get(x, ()) if y >= 0}
+        below = list({id(i): i for x in group for y in aliases.get(x, ()) if y < 0 and y not in members
+                      for i in (tails[y],)}.values())
+        if not own and not real_new and len(below) == 1:
+            info = below[0]
+        else:
+            returns: set = set()
+            flags, real, waits = 0, set(real_new), bool(own)
+            for w in own:
+                returns.update(w)
+            for b_returns, b_flags, b_real, b_waits in below:
+                returns.update(b_returns)
+                flags |= b_flags
+                real.update(b_real)
+                waits = waits or b_waits
+            for y in real_new:
+                returns.update(ctx_returns[y])
+                flags |= ctx_flags[y]
+            info = (returns, flags, real, waits)
+        for x in group:
+            tails[x] = info
+    return tails[r]
+
+
+def _groups(nodes: list[int], succ) -> list[list[int]]:
+    """Strongly connected components of the graph ``succ`` over ``nodes``, each after every
+    component it reaches (Tarjan's algorithm with an explicit stack)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    for root in nodes:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(succ(root)))]
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(succ(w))))
+                    break
+                if w in on_stack and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                work.pop()
+                if work and low[v] < low[work[-1][0]]:
+                    low[work[-1][0]] = low[v]
+                if low[v] == index[v]:
+                    group = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        group.append(w)
+                        if w == v:
+                            break
+                    out.append(group)
+    return out

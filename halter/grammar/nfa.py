@@ -272,7 +272,11 @@ class NfaBuilder:
             elif isinstance(expr, Alt):
                 n = sum(self._size(i, ref_size, memo, wide) for i in expr.options) + 2
             elif isinstance(expr, Repeat):
-                n = self._size(expr.expr, ref_size, memo, wide) * max(expr.min, expr.max or 1, 1) + 2
+                # (sizes for the inlining plan count the copies emit_repeat makes: ``x+`` is two,
+                # so rules expanded into ``(... r ...)+`` one inside another cannot double unseen)
+                copies = max(expr.min, expr.max or 1, 1) if ref_size is _one else \
+                    max(expr.max if expr.max is not None else expr.min + 1, 1)
+                n = self._size(expr.expr, ref_size, memo, wide) * copies + 2
             elif isinstance(expr, RuleRef):
                 n = ref_size(expr.name)
             else:

@@ -38,7 +38,9 @@ import threading
 import numpy as np
 
 from halter.grammar.automaton import RuleAutomata
-from halter.grammar.contexts import BOTTOM_ID, ENDS_ROOT, ESCAPES, OPAQUE_ID, ContextTables
+from halter import limits
+from halter.errors import LimitError
+from halter.grammar.contexts import BOTTOM_ID, ENDS_ROOT, ESCAPES, OPAQUE_ID, WORK, ContextTables
 from halter.grammar.earley import earley_closure
 
 __all__ = ["BOTTOM_ID", "ENDS_ROOT", "ESCAPES", "OPAQUE_ID", "Node", "StateSpace"]
@@ -232,6 +234,7 @@ class StateSpace(ContextTables):
         if o is None:
             o = self.opaque_node(d)
         subst = self._subst
+        WORK.n += len(o.scan) + len(o.tok) + 1
         scan.update([(x, subst(ctx, c)) for x, ctx in o.scan])
         if o.tok:
             tok.update([(x, subst(ctx, c)) for x, ctx in o.tok])
@@ -311,17 +314,29 @@ class StateSpace(ContextTables):
         return self.nodes[nid] if nid >= 0 else self.step_class(node, self.class_of[byte])
 
     def step_bytes(self, node: Node, data: bytes) -> Node:
+        """The node after reading ``data``. States met for the first time cost parser work; a call
+        may do at most ``Limits.match_work`` units of it per byte of ``data``, plus 16 bytes' worth
+        (``LimitError`` past that: highly ambiguous grammars cost more per byte the longer the
+        input; other grammars stay under 50 per byte)."""
         class_of, nodes = self.class_of, self.nodes
-        for b in data:
+        budget = -1
+        for i, b in enumerate(data):
             nid = node.next[class_of[b]]
             if nid > 0:
                 node = nodes[nid]
             elif nid == 0:
                 return self.dead
             else:
+                if budget < 0:
+                    start = WORK.n
+                    budget = start + limits.LIMITS.match_work * (len(data) + 16)
                 node = self.step_class(node, class_of[b])
                 if node.id == 0:
                     return node
+                if WORK.n > budget:
+                    raise LimitError("match_work", (WORK.n - start) // (len(data) + 16), limits.LIMITS.match_work,
+                                     where=f"byte {i} of {len(data)} read in one call",
+                                     what="parser work per byte (a highly ambiguous grammar)")
         return node
 
     def step_token_ref(self, node: Node, matches) -> Node:

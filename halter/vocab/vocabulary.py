@@ -252,13 +252,13 @@ def _build_from_metadata(cls: type[Vocabulary], meta: dict[str, Any],
     model = meta.get(_K.MODEL)
     if model is None:
         raise ModelLoadError("missing tokenizer model", path=path, field=_K.MODEL)
-    if model not in ("llama", "gpt2"):
+    if not isinstance(model, str) or model not in ("llama", "gpt2"):
         raise ModelLoadError(f"unsupported tokenizer model {model!r} (halter reads 'llama' and 'gpt2')",
                              path=path, field=_K.MODEL)
     raw = meta.get(_K.LIST)
     if raw is None:
         raise ModelLoadError("missing token list", path=path, field=_K.LIST)
-    if not isinstance(raw, list) or not all(isinstance(t, bytes) for t in raw[:1]):
+    if not isinstance(raw, list) or not all(isinstance(t, bytes) for t in raw):
         raise ModelLoadError("token list must be an array of strings", path=path, field=_K.LIST)
     n = len(raw)
     if n == 0:
