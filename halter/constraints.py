@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
-from halter.errors import GrammarError, HalterError, SchemaError
+from halter.errors import GrammarError, MissingDependencyError, SchemaError
 
 if TYPE_CHECKING:
     from halter.grammar import Grammar
@@ -33,10 +33,6 @@ KINDS = ("grammar", "json_schema", "regex", "output_type", "response_format")
 
 JsonSchemaLike = Union[Mapping[str, Any], bool, str, type]
 """A JSON Schema as a dict, a bool, JSON text, or a Pydantic model class."""
-
-
-class MissingDependencyError(HalterError, ImportError):
-    """A constraint needs an optional package that is not installed."""
 
 
 def _text(text: str) -> str:

@@ -201,3 +201,11 @@ def _caret_context(text: str, line: int | None, column: int | None) -> str:
     pad = "".join("\t" if c == "\t" else " " for c in src[:max(column - 1, 0)])
     pad += " " * max(column - 1 - len(src), 0)
     return f"    {src}\n    {pad}^"
+
+
+class MissingDependencyError(HalterError, ImportError):
+    """A constraint needs an optional package that is not installed."""
+
+
+class QueueFullError(HalterError, RuntimeError):
+    """The scheduler's waiting queue is full; try again later."""

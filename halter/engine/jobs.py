@@ -18,13 +18,9 @@ import torch
 
 from halter.completion import Completion
 from halter.engine.generation import _Row
-from halter.errors import HalterError
+from halter.errors import QueueFullError
 
 __all__ = ["Job", "JobEvent", "Piece", "QueueFullError", "TokenLogprob", "token_logprob"]
-
-
-class QueueFullError(HalterError, RuntimeError):
-    """The scheduler's waiting queue is full; try again later."""
 
 
 @dataclass(frozen=True)
