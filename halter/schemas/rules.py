@@ -55,25 +55,43 @@ class Rules:
         return RuleRef(name)
 
 
-def tidy(expr: Expr) -> Expr:
-    """Make an expression print as valid GBNF: no repeat directly inside a repeat, no empty repeat."""
+def tidy(expr: Expr, memo: dict[int, Expr] | None = None) -> Expr:
+    """Make an expression print as valid GBNF: no repeat directly inside a repeat, no empty repeat.
+
+    Subexpressions that need no change are kept as they are, and a subexpression shared by several
+    parents (an enum's string set, ``string_set.py``) is tidied once (``memo``, by identity) and
+    stays shared."""
+    if memo is None:
+        memo = {}
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return expr
+    done = memo.get(id(expr))
+    if done is None:
+        done = memo[id(expr)] = _tidy(expr, memo)
+    return done
+
+
+def _tidy(expr: Expr, memo: dict[int, Expr]) -> Expr:
     if isinstance(expr, Seq):
-        return Seq(tuple(tidy(i) for i in expr.items))
+        items = tuple(tidy(i, memo) for i in expr.items)
+        return expr if all(a is b for a, b in zip(items, expr.items)) else Seq(items)
     if isinstance(expr, Alt):
-        return Alt(tuple(tidy(o) for o in expr.options))
+        options = tuple(tidy(o, memo) for o in expr.options)
+        return expr if all(a is b for a, b in zip(options, expr.options)) else Alt(options)
     if isinstance(expr, Repeat):
-        inner = tidy(expr.expr)
+        inner = tidy(expr.expr, memo)
         if isinstance(inner, Literal) and inner.text == "":
             return inner
         if isinstance(inner, Repeat):
             inner = Seq((inner,))
-        return Repeat(inner, expr.min, expr.max)
+        return expr if inner is expr.expr else Repeat(inner, expr.min, expr.max)
     return expr
 
 
 def tidy_rules(rules: dict[str, Expr]) -> dict[str, Expr]:
     """Final pass before printing: large repeats split into helper rules, nesting made printable."""
-    return {name: tidy(body) for name, body in split_large_repeats(rules).items()}
+    memo: dict[int, Expr] = {}
+    return {name: tidy(body, memo) for name, body in split_large_repeats(rules).items()}
 
 
 REPEAT_LIMIT = 64
@@ -139,16 +157,29 @@ def split_large_repeats(rules: dict[str, Expr]) -> dict[str, Expr]:
         full = counted(chunk(base), "e", q) + ([upto_rule(base, r)] if r else [])
         return Alt((Seq(tuple(fewer)) if len(fewer) > 1 else fewer[0], Seq(tuple(full)) if len(full) > 1 else full[0]))
 
+    walked: dict[int, Expr] = {}
+
     def walk(e: Expr) -> Expr:
+        """``_walk`` once per subexpression (by identity: shared ones stay shared)."""
+        if not isinstance(e, (Seq, Alt, Repeat)):
+            return e
+        done = walked.get(id(e))
+        if done is None:
+            done = walked[id(e)] = _walk(e)
+        return done
+
+    def _walk(e: Expr) -> Expr:
         if isinstance(e, Seq):
-            return Seq(tuple(walk(i) for i in e.items))
+            items = tuple(walk(i) for i in e.items)
+            return e if all(a is b for a, b in zip(items, e.items)) else Seq(items)
         if isinstance(e, Alt):
-            return Alt(tuple(walk(o) for o in e.options))
+            options = tuple(walk(o) for o in e.options)
+            return e if all(a is b for a, b in zip(options, e.options)) else Alt(options)
         if isinstance(e, Repeat):
             inner = walk(e.expr)
             big = e.min > REPEAT_LIMIT or (e.max is not None and e.max > REPEAT_LIMIT)
             if not big:
-                return Repeat(inner, e.min, e.max)
+                return e if inner is e.expr else Repeat(inner, e.min, e.max)
             base = unit(inner)
             parts: list[Expr] = exactly(base, e.min) if e.min > REPEAT_LIMIT else \
                 ([Repeat(base, e.min, e.min)] if e.min else [])

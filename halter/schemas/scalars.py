@@ -20,6 +20,7 @@ from halter.schemas.decimal_dfa import Fraction, Multiple, TooLarge, intersect, 
 from halter.schemas.json_text import DIGIT, NEVER, NONZERO
 from halter.schemas.numbers import ZERO_FRACTION, decimal_bounds, integer_bounds, integer_range, number_range
 from halter.schemas.refs import DEFAULT_BASE
+from halter.schemas.string_set import string_set
 
 if TYPE_CHECKING:
     from halter.schemas.converter import Converter
@@ -58,18 +59,33 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
     # a long enum: a rule per chunk of values (strings sorted, so chunks share few prefixes), so
     # that each rule's automaton stays small and the work grows linearly with the enum
     check_limit("enum_values", len(kept), where="#" + ptr, what="enum size")
-    strings = sorted(v for v in kept if isinstance(v, str))
+    # strings: sorted, in rules of up to STRING_CHUNK_COST characters, each a shared-suffix tree
+    # (string_set.py) that the engine builds in time linear in its characters
+    strings = sorted(set(v for v in kept if isinstance(v, str)))
     others = [v for v in kept if not isinstance(v, str)]
     parts = []
-    for group in (strings, others):
-        for i in range(0, len(group), ENUM_CHUNK):
-            chunk = [literal(conv, v, ptr) for v in group[i:i + ENUM_CHUNK]]
-            parts.append(conv.rules.add(conv.hint(ptr) + "-part", alt(*chunk)))
+    start, cost = 0, 0
+    for i, v in enumerate(strings):
+        cost += _string_cost(v)
+        if cost >= STRING_CHUNK_COST or i == len(strings) - 1:
+            parts.append(conv.rules.add(conv.hint(ptr) + "-strings", string_set(conv.js, strings[start:i + 1])))
+            start, cost = i + 1, 0
+    for i in range(0, len(others), ENUM_CHUNK):
+        chunk = [literal(conv, v, ptr) for v in others[i:i + ENUM_CHUNK]]
+        parts.append(conv.rules.add(conv.hint(ptr) + "-part", alt(*chunk)))
     return conv.rules.add(conv.hint(ptr), alt(*parts))
 
 
+def _string_cost(v: str) -> int:
+    """Roughly the automaton states ``v`` adds: a character, and ~8 for one spelled with escapes."""
+    return len(v) + 2 + 8 * sum(1 for ch in v if not (" " <= ch < "\x7f") or ch in '"\\/')
+
+
 ENUM_CHUNK = 128
-"""Values per rule of a long ``enum``."""
+"""Values (other than strings) per rule of a long ``enum``."""
+STRING_CHUNK_COST = 20_000
+"""Characters (``_string_cost``) of the strings per rule of a long ``enum``: each rule's automaton
+stays well below the engine's per-rule state limit."""
 
 
 def _is_number(v: Any) -> bool:
