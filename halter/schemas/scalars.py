@@ -127,12 +127,38 @@ def literal(conv: "Converter", v: Any, ptr: str = "") -> Expr:
     if isinstance(v, dict):
         if not v:
             return cat(js.tok("{"), Literal("}"))
+        if len(v) <= SMALL_OBJECT:
+            return _object_literal(conv, v, ptr)
         # members in any order, each exactly once: the object builder tracks which were written
         as_schema = {"type": "object", "properties": {k: {"enum": [x]} for k, x in v.items()},
                      "required": list(v), "additionalProperties": False}
         got = conv.visit(as_schema, ptr + "/const", DEFAULT_BASE)    # no $ref inside
         return got if got is not None else NEVER
     raise SchemaError(f"not a JSON value: {v!r}", "", "enum")
+
+
+SMALL_OBJECT = 3
+"""Objects with at most this many members are spelled directly (``_object_literal``); larger ones
+go through the object builder (objects.py)."""
+
+
+def _object_literal(conv: "Converter", v: dict, ptr: str) -> Expr:
+    """The object ``v``, members in any order, each once: the object builder's language for
+    ``{"properties": {k: {"const": x}}, "required": [...], "additionalProperties": false}``
+    (``{ ws``, members ``"k" ws : ws x ws`` separated by ``, ws``, then ``}``), written without its
+    rules: one expression per set of members still to write, shared by every order reaching it."""
+    js, ws = conv.js, conv.js.ws()
+    members = {k: cat(js.quoted(k), ws, Literal(":"), ws, literal(conv, x, f"{ptr}/{k}"), ws) for k, x in v.items()}
+    after: dict[frozenset, Expr] = {}
+
+    def rest(left: frozenset) -> Expr:
+        got = after.get(left)
+        if got is None:
+            got = after[left] = alt(*(cat(js.tok(","), members[k], rest(left - {k})) for k in v if k in left)) \
+                if left else Literal("}")
+        return got
+    keys = frozenset(v)
+    return cat(js.tok("{"), alt(*(cat(members[k], rest(keys - {k})) for k in v)))
 
 
 def integer_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
