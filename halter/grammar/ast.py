@@ -123,14 +123,23 @@ def alt(*options: Expr) -> Expr:
     return flat[0] if len(flat) == 1 else Alt(tuple(flat))
 
 
-def rule_refs(expr: Expr) -> Iterable[RuleRef]:
-    """Every rule reference inside ``expr`` (iterative: any nesting depth)."""
+def rule_refs(expr: Expr, distinct: bool = False) -> Iterable[RuleRef]:
+    """Every rule reference inside ``expr`` (iterative: any nesting depth), once per occurrence.
+
+    ``distinct``: a subexpression that occurs several times as one object (a long enum's shared
+    string tails) is looked into once, for callers that only need which rules are referenced."""
     stack = [expr]
+    seen: set[int] = set()
     while stack:
         e = stack.pop()
         if isinstance(e, RuleRef):
             yield e
-        elif isinstance(e, Seq):
+            continue
+        if distinct and isinstance(e, (Seq, Alt)):
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+        if isinstance(e, Seq):
             stack.extend(reversed(e.items))
         elif isinstance(e, Alt):
             stack.extend(reversed(e.options))
@@ -139,12 +148,18 @@ def rule_refs(expr: Expr) -> Iterable[RuleRef]:
 
 
 def contains(expr: Any, pred: Callable[[Any], bool]) -> bool:
-    """Does ``expr`` or any sub-expression satisfy ``pred``? (Leaves other than these nodes too.)"""
+    """Does ``expr`` or any sub-expression satisfy ``pred``? (Leaves other than these nodes too.)
+    A subexpression occurring several times as one object is looked at once."""
     stack = [expr]
+    seen: set[int] = set()
     while stack:
         e = stack.pop()
         if pred(e):
             return True
+        if isinstance(e, (Seq, Alt)):
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
         if isinstance(e, Seq):
             stack.extend(e.items)
         elif isinstance(e, Alt):

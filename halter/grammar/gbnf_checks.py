@@ -154,7 +154,7 @@ def dead_end_warnings(rules: dict[str, Expr], root: str,
     """Warnings for rules reachable from ``root`` that can never finish (root itself excluded:
     that is an error, ``NeverMatches``)."""
     import sys
-    refs = {n: {r.name for r in rule_refs(b)} for n, b in rules.items()}
+    refs = {n: {r.name for r in rule_refs(b, distinct=True)} for n, b in rules.items()}
     reach, todo = {root}, [root]
     while todo:
         for r in refs.get(todo.pop(), ()):

@@ -516,7 +516,7 @@ def check_references(rs: RuleSet, root: str, text: str | None = None) -> None:
     """Every referenced rule must exist, and so must the root."""
     from halter.grammar.ast import rule_refs
     for name, body in rs.rules.items():
-        for ref in rule_refs(body):
+        for ref in rule_refs(body, distinct=True):
             if ref.name not in rs.rules:
                 raise GrammarError(f"undefined rule '{ref.name}' (used in rule '{name}')",
                                    ref.line or None, ref.column or None, text)
