@@ -1,16 +1,19 @@
 """Linear layers and embeddings whose weights stay quantized in memory.
 
 ``QLinear`` computes ``x @ W.T (+ b)`` for a weight given as ``QuantTensor`` row parts, with one of
-two kernels, picked per device and type (``pick_kernel``):
+three kernels, picked per device and type (``pick_kernel``):
 
-* ``"int4"`` (CPU; Q4_0, Q4_1, Q4_K, Q8_0; on request Q5_0, Q5_1, Q5_K): the weight is rewritten once, at
+* ``"int4"`` (CPU; Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0): the weight is rewritten once, at
   load, as one or two 4-bit terms (``QuantTensor.int4_terms``) packed for
   ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with bfloat16 scales and offsets per group of 32.
   The activations are rounded to bfloat16 for the product and the terms are summed in float32.
   Resident: half a byte per code plus 4 bytes of scale/offset per 32 values and term.
-* ``"dequant"`` (CUDA; and the CPU for Q2_K, Q3_K, Q6_K, whose groups of 16 have no int4
-  kernel, and the 5-bit types): the raw blocks stay as they are in the file; each call dequantizes them into a buffer
-  shared by every layer with the same weight size and multiplies in the compute dtype.
+* ``"bf16"`` (CPU; Q6_K): decoded once, at load, to a bfloat16 matrix (2 bytes a value, 2.4x
+  the file's 6.56 bits): its sub-blocks of 16 values have no exact int4 form of fewer than four
+  terms, and decoding 6-bit blocks at every call costs more than the product.
+* ``"dequant"`` (CUDA; and the CPU for Q2_K, Q3_K, whose 2- and 3-bit codes would grow 5-6x in
+  any other form): the raw blocks stay as they are in the file; each call dequantizes them into a
+  buffer shared by every layer with the same weight size and multiplies in the compute dtype.
 
 ``QEmbedding`` looks rows up in the raw blocks and dequantizes only those rows. Float tensors
 (F32, F16, BF16) never come here: they load as ordinary tensors.
@@ -25,8 +28,9 @@ from torch import nn
 
 from halter.engine.quant_tensor import INT4_GROUP, QuantTensor
 
-KERNELS = ("int4", "dequant")
-INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")     # int4 form within 1.25x of the file's bytes
+KERNELS = ("int4", "bf16", "dequant")
+INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K")
+BF16_DEFAULT = ("Q6_K",)
 _PACK_ROWS = 4096                      # rows packed at a time (a multiple of the kernel's tile of 64)
 _scratch: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
@@ -38,14 +42,19 @@ def int4_available() -> bool:
 
 
 def pick_kernel(part: QuantTensor, device: torch.device) -> str:
-    """``"int4"`` on the CPU for Q4_0, Q4_1, Q4_K, Q8_0 (rows a multiple of 16), else ``"dequant"``.
+    """The CPU kernel of ``part``'s type (``"int4"`` needs rows a multiple of 16), else ``"dequant"``.
 
-    The 5-bit types have an exact int4 form too (``kernel="int4"``), but its second term spends
-    four bits on each one-bit plane: about 1.8x the file's bytes, over the memory budget.
+    On the CPU: ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
+    5-bit types (1.8x: their second term spends four bits on each one-bit plane, the price of an
+    exact form the fast kernel takes); ``"bf16"`` for Q6_K (2.4x); ``"dequant"`` for Q2_K, Q3_K.
     """
-    if device.type == "cpu" and part.type_name in INT4_DEFAULT and part.shape[0] % 16 == 0 \
-            and part.shape[1] % INT4_GROUP == 0 and int4_available():
+    if device.type != "cpu":
+        return "dequant"
+    if part.type_name in INT4_DEFAULT and part.shape[0] % 16 == 0 and part.shape[1] % INT4_GROUP == 0 \
+            and int4_available():
         return "int4"
+    if part.type_name in BF16_DEFAULT:
+        return "bf16"
     return "dequant"
 
 
@@ -58,26 +67,47 @@ def scratch(n_values: int, dtype: torch.dtype, device: torch.device) -> torch.Te
     return buf
 
 
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 codes ``[n, K]`` (0..15) -> the CPU int4 kernel's packed ``uint8 [n, K/2]``.
+
+    The layout ``_convert_weight_to_int4pack_for_cpu`` writes (checked by a test), built with
+    byte operations instead of its int32 input: rows in blocks of 64, each stored k-major as
+    32 bytes holding row ``i`` (low nibble) and row ``i + 32`` (high nibble); a last block of
+    fewer rows holds rows ``2i`` and ``2i + 1``.
+    """
+    n, K = codes.shape
+    full = n - n % 64
+    out = []
+    if full:
+        blk = codes[:full].view(full // 64, 2, 32, K)
+        out.append((blk[:, 0] | (blk[:, 1] << 4)).transpose(1, 2).reshape(-1))
+    if full < n:
+        tail = codes[full:].view(-1, 2, K)
+        out.append((tail[:, 0] | (tail[:, 1] << 4)).t().reshape(-1))
+    return (out[0] if len(out) == 1 else torch.cat(out)).view(n, K // 2)
+
+
 class _Int4Part(nn.Module):
     """One row part packed as int4 terms: ``(packed uint8, scales_and_zeros bf16 [K/32, N, 2])``."""
 
     def __init__(self, q: QuantTensor) -> None:
         super().__init__()
-        N, _ = q.shape
-        chunks: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
-        for start in range(0, N, _PACK_ROWS):
-            chunk = []
-            for codes, scale, zero in q.int4_terms(start, start + _PACK_ROWS):
-                packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
-                sz = torch.stack([scale, zero], dim=-1).to(torch.bfloat16)       # [n, K/32, 2]
-                chunk.append((packed, sz))
-            chunks.append(chunk)
-        self.n_terms = len(chunks[0])
+        N, K = q.shape
+        packed: list[torch.Tensor] = []
+        sz: list[torch.Tensor] = []
+        for start in range(0, N, _PACK_ROWS):           # chunks of whole 64-row blocks
+            end = min(start + _PACK_ROWS, N)
+            for t, (codes, scale, zero) in enumerate(q.int4_terms(start, end)):
+                if t == len(packed):
+                    packed.append(torch.empty((N, K // 2), dtype=torch.uint8))
+                    sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16))
+                packed[t][start:end] = pack_int4(codes)
+                sz[t][:, start:end, 0] = scale.t()
+                sz[t][:, start:end, 1] = zero.t()
+        self.n_terms = len(packed)
         for t in range(self.n_terms):
-            packed = torch.cat([c[t][0] for c in chunks])
-            sz = torch.cat([c[t][1] for c in chunks]).transpose(0, 1).contiguous()
-            self.register_buffer(f"packed{t}", packed, persistent=False)
-            self.register_buffer(f"sz{t}", sz, persistent=False)
+            self.register_buffer(f"packed{t}", packed[t], persistent=False)
+            self.register_buffer(f"sz{t}", sz[t], persistent=False)
         self.out_features = N
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
@@ -87,6 +117,22 @@ class _Int4Part(nn.Module):
         if self.n_terms > 1:
             y.add_(mm(xb, self.packed1, INT4_GROUP, self.sz1))
         return y
+
+
+class _Bf16Part(nn.Module):
+    """One row part decoded once to a bfloat16 matrix; products in bfloat16, returned as float32."""
+
+    def __init__(self, q: QuantTensor) -> None:
+        super().__init__()
+        w = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+        for start in range(0, q.shape[0], _PACK_ROWS):
+            part = q.row_slice(start, min(start + _PACK_ROWS, q.shape[0]))
+            w[start:start + part.shape[0]] = part.dequantize(torch.bfloat16)
+        self.register_buffer("weight", w, persistent=False)
+        self.out_features = q.shape[0]
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        return F.linear(x2.to(torch.bfloat16), self.weight).float()
 
 
 class _DequantPart(nn.Module):
@@ -115,8 +161,7 @@ class QLinear(nn.Module):
             raise ValueError(f"kernel {kernel!r} not understood (use one of {KERNELS})")
         merged = _merge_parts(parts)
         self.kernels = [kernel or pick_kernel(p, device) for p in merged]
-        self.parts = nn.ModuleList(_Int4Part(p) if k == "int4" else _DequantPart(p.to(device), dtype)
-                                   for p, k in zip(merged, self.kernels))
+        self.parts = nn.ModuleList(_make_part(p, k, dtype, device) for p, k in zip(merged, self.kernels))
         self.in_features = parts[0].shape[1]
         self.out_features = sum(p.shape[0] for p in parts)
         self.dtype = dtype
@@ -135,6 +180,14 @@ class QLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, kernels={self.kernels}"
+
+
+def _make_part(q: QuantTensor, kernel: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    if kernel == "int4":
+        return _Int4Part(q)
+    if kernel == "bf16":
+        return _Bf16Part(q.to(device))
+    return _DequantPart(q.to(device), dtype)
 
 
 def _merge_parts(parts: Sequence[QuantTensor]) -> list[QuantTensor]:

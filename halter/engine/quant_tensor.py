@@ -18,12 +18,12 @@ import mmap
 import numpy as np
 import torch
 
-from halter.engine.dequant import GGML_TYPES, SCALE_FIELDS, _f16, _k4_scales, _nibbles, _u32, \
+from halter.engine.dequant import GGML_TYPES, SCALE_FIELDS, _f16, _k4_scales, _nibbles, \
     dequantize_blocks
 
 INT4_GROUP = 32
 INT4_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q8_0")
-Term = tuple[torch.Tensor, torch.Tensor, torch.Tensor]        # codes [n, L] 0..15, scale, zero [n, L/32]
+Term = tuple[torch.Tensor, torch.Tensor, torch.Tensor]    # codes uint8 [n, L] 0..15, scale, zero [n, L/32]
 
 
 class QuantTensor:
@@ -121,9 +121,10 @@ def release_pages(q: QuantTensor) -> None:
             pass
 
 
-def _high_bits(packed: torch.Tensor) -> torch.Tensor:
-    """uint32 ``[n, 1]`` -> the 32 single bits, as codes 8 (bit 0) or 9 (bit 1)."""
-    return ((packed >> torch.arange(32, device=packed.device)) & 1) + 8
+def _high_bits(qh: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[n, 4]`` (a little-endian uint32 of single bits) -> the 32 bits as codes 8 or 9."""
+    bit = torch.arange(8, dtype=torch.uint8, device=qh.device)
+    return (((qh.unsqueeze(2) >> bit) & 1) | 8).reshape(-1, 32)
 
 
 def _t_q4_0(b: torch.Tensor) -> list[Term]:
@@ -138,18 +139,18 @@ def _t_q4_1(b: torch.Tensor) -> list[Term]:
 
 def _t_q5_0(b: torch.Tensor) -> list[Term]:
     d = _f16(b[:, 0:2])               # (lo + 16 h - 16) d = [(lo - 8) d - 8 d] + [(h + 8 - 8) 16 d]
-    return [(_nibbles(b[:, 6:22]), d, -8 * d), (_high_bits(_u32(b[:, 2:6])), 16 * d, torch.zeros_like(d))]
+    return [(_nibbles(b[:, 6:22]), d, -8 * d), (_high_bits(b[:, 2:6]), 16 * d, torch.zeros_like(d))]
 
 
 def _t_q5_1(b: torch.Tensor) -> list[Term]:
     d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    return [(_nibbles(b[:, 8:24]), d, 8 * d + m), (_high_bits(_u32(b[:, 4:8])), 16 * d, torch.zeros_like(d))]
+    return [(_nibbles(b[:, 8:24]), d, 8 * d + m), (_high_bits(b[:, 4:8]), 16 * d, torch.zeros_like(d))]
 
 
 def _t_q8_0(b: torch.Tensor) -> list[Term]:
     d = _f16(b[:, 0:2])               # q = 16 hi + lo, lo = q & 15 in 0..15, hi = q >> 4 in -8..7
-    q = b[:, 2:34].contiguous().view(torch.int8).to(torch.int16)
-    return [(q & 15, d, 8 * d), ((q >> 4) + 8, 16 * d, torch.zeros_like(d))]
+    q = b[:, 2:34]                    # as bytes: hi + 8 is the unsigned high nibble with bit 3 flipped
+    return [(q & 15, d, 8 * d), ((q >> 4) ^ 8, 16 * d, torch.zeros_like(d))]
 
 
 def _k_low(b: torch.Tensor, start: int) -> torch.Tensor:
@@ -169,7 +170,7 @@ def _t_q5_k(b: torch.Tensor) -> list[Term]:
     sc, mn = _k4_scales(b[:, 4:16])
     s = d * sc
     bit = torch.arange(8, dtype=torch.uint8, device=b.device).view(1, 8, 1)
-    high = (((b[:, 16:48].reshape(-1, 1, 32) >> bit) & 1) + 8).reshape(-1, 256)
+    high = (((b[:, 16:48].reshape(-1, 1, 32) >> bit) & 1) | 8).reshape(-1, 256)
     return [(_k_low(b, 48), s, 8 * s - dmin * mn), (high, 16 * s, torch.zeros_like(s))]
 
 
