@@ -17,14 +17,24 @@ import torch
 from halter.engine.rope import Rope
 
 
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zero tensor; on the CPU allocated by ``calloc`` (through numpy), so its pages are mapped
+    lazily: a large cache costs resident memory only for the cells written (the pages read but
+    never written are the kernel's shared zero page)."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    raw = np.zeros(int(np.prod(shape)) * itemsize, dtype=np.uint8)
+    return torch.from_numpy(raw).view(dtype).view(shape)
+
+
 class KVCache:
     """Keys and values of ``n_seq`` sequences of up to ``n_ctx`` tokens each."""
 
     def __init__(self, *, n_layer: int, n_seq: int, n_ctx: int, n_head_kv: int, head_dim: int,
                  rope: Rope, dtype: torch.dtype, device: torch.device | str) -> None:
         shape = (n_layer, n_seq, n_head_kv, n_ctx, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k, self.v = _zeros(shape, dtype, device), _zeros(shape, dtype, device)
         self.pos = torch.full((n_seq, n_ctx), -1, dtype=torch.long, device=device)
         self.pos_host = np.full((n_seq, n_ctx), -1, dtype=np.int64)   # mirror, never read back
         self.used = np.zeros(n_seq, dtype=np.int64)

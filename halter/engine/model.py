@@ -21,7 +21,7 @@ from halter.engine.config import ModelConfig
 from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
 from halter.engine.qlinear import QEmbedding, QLinear
-from halter.engine.quant_tensor import QuantTensor
+from halter.engine.quant_tensor import QuantTensor, release_pages
 from halter.engine.rope import Rope, rope_for
 from halter.engine.static_decode import StaticDecoder, resolve_mode
 from halter.engine.transformer import Transformer
@@ -152,7 +152,21 @@ def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
             bias = rest.pop(path + ".bias", None)
             new = QLinear(value if isinstance(value, list) else [value], bias, dtype=dtype, device=device)
         setattr(parent, attr, new)
+    for value in sd.values():        # file pages read while packing: only lookups come back
+        for q in value if isinstance(value, list) else [value]:
+            if isinstance(q, QuantTensor):
+                release_pages(q)
     return rest
+
+
+def _trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim``): the packing's
+    temporaries would otherwise stay in the resident set after loading."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):      # not glibc
+        pass
 
 
 class Model:
@@ -223,6 +237,8 @@ class Model:
                         dtype=dt, device=dev)
         if net.rope_swa is not None:
             cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
+        if dev.type == "cpu":
+            _trim_heap()
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
     def set_decode(self, mode: str = "auto", *, backend: str | Callable[..., Any] | None = None,

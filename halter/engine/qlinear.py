@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from halter.engine.quant_tensor import INT4_GROUP, QuantTensor
+from halter.engine.quant_tensor import INT4_GROUP, Codes, QuantTensor
 
 KERNELS = ("int4", "bf16", "dequant")
 INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K")
@@ -41,7 +41,7 @@ def int4_available() -> bool:
         hasattr(torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
 
 
-def pick_kernel(part: QuantTensor, device: torch.device) -> str:
+def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None) -> str:
     """The CPU kernel of ``part``'s type (``"int4"`` needs rows a multiple of 16), else ``"dequant"``.
 
     On the CPU: ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
@@ -50,7 +50,8 @@ def pick_kernel(part: QuantTensor, device: torch.device) -> str:
     """
     if device.type != "cpu":
         return "dequant"
-    if part.type_name in INT4_DEFAULT and part.shape[0] % 16 == 0 and part.shape[1] % INT4_GROUP == 0 \
+    rows = part.shape[0] if rows is None else rows          # (of the group ``part`` heads)
+    if part.type_name in INT4_DEFAULT and rows % 16 == 0 and part.shape[1] % INT4_GROUP == 0 \
             and int4_available():
         return "int4"
     if part.type_name in BF16_DEFAULT:
@@ -87,23 +88,70 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     return (out[0] if len(out) == 1 else torch.cat(out)).view(n, K // 2)
 
 
-class _Int4Part(nn.Module):
-    """One row part packed as int4 terms: ``(packed uint8, scales_and_zeros bf16 [K/32, N, 2])``."""
+def _pack_codes(rows: torch.Tensor, block_bytes: int, c: Codes, out: torch.Tensor) -> None:
+    """``pack_int4`` of the codes ``c`` locates in the raw block rows ``rows``, into ``out``.
 
-    def __init__(self, q: QuantTensor) -> None:
+    Pairs of rows (``i`` and ``i + 32`` of each 64-row block, ``2i`` and ``2i + 1`` in a last
+    shorter block) are combined byte-wise straight from the file's bytes: a nibble-packed byte
+    of each row gives the packed bytes of two values, with no code matrix in between.
+    """
+    n, n_blk = rows.shape[0], rows.shape[1] // block_bytes
+    G, L = c.groups, c.length
+    qs = rows.view(n, n_blk, block_bytes)[:, :, c.off:c.off + G * L]
+    full = n - n % 64
+    segments = []
+    if full:
+        segments.append((qs[:full].view(full // 64, 2, 32, n_blk, G, L), out[:full], 32))
+    if full < n:
+        t = (n - full) // 2
+        segments.append((qs[full:].reshape(1, t, 2, n_blk, G, L).transpose(1, 2), out[full:], t))
+    for src, dst, R in segments:
+        a, b = src[:, 0], src[:, 1]                                # [nb, R, n_blk, G, L]
+        nb = a.shape[0]
+        # results written through permuted views of ``out``: no temporary in the packed order
+        if c.kind == "nibbles":
+            d = dst.view(nb, n_blk, G, 2, L, R).permute(0, 5, 1, 2, 3, 4)     # [nb, R, n_blk, G, 2, L]
+            torch.bitwise_or(a & 15, b << 4, out=d[..., 0, :])
+            torch.bitwise_or(a >> 4, b & 0xF0, out=d[..., 1, :])
+        else:
+            d = dst.view(nb, n_blk, G, L, R).permute(0, 4, 1, 2, 3)           # [nb, R, n_blk, G, L]
+            if c.kind == "low":
+                torch.bitwise_or(a & 15, b << 4, out=d)
+            else:
+                hi = a >> 4
+                hi |= b & 0xF0
+                torch.bitwise_xor(hi, 0x88, out=d)
+
+
+class _Int4Part(nn.Module):
+    """Row parts of one type packed as int4 terms: ``(packed uint8, scales_and_zeros bf16 [K/32, N, 2])``.
+
+    Each part is packed into its rows of the result (a fused projection needs no concatenated
+    copy of its blocks), in chunks of whole 64-row blocks.
+    """
+
+    def __init__(self, parts: Sequence[QuantTensor]) -> None:
         super().__init__()
-        N, K = q.shape
+        N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
         packed: list[torch.Tensor] = []
         sz: list[torch.Tensor] = []
-        for start in range(0, N, _PACK_ROWS):           # chunks of whole 64-row blocks
-            end = min(start + _PACK_ROWS, N)
-            for t, (codes, scale, zero) in enumerate(q.int4_terms(start, end)):
-                if t == len(packed):
-                    packed.append(torch.empty((N, K // 2), dtype=torch.uint8))
-                    sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16))
-                packed[t][start:end] = pack_int4(codes)
-                sz[t][:, start:end, 0] = scale.t()
-                sz[t][:, start:end, 1] = zero.t()
+        base = 0
+        for q in parts:
+            for start in range(0, q.shape[0], _PACK_ROWS):
+                end = min(start + _PACK_ROWS, q.shape[0])
+                rows = q.raw[start:end]
+                r0, r1 = base + start, base + end
+                for t, (codes, scale, zero) in enumerate(q.int4_lazy_terms(start, end)):
+                    if t == len(packed):
+                        packed.append(torch.empty((N, K // 2), dtype=torch.uint8))
+                        sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16))
+                    if isinstance(codes, Codes):
+                        _pack_codes(rows, q.block_bytes, codes, packed[t][r0:r1])
+                    else:
+                        packed[t][r0:r1] = pack_int4(codes)
+                    sz[t][:, r0:r1, 0] = scale.t()
+                    sz[t][:, r0:r1, 1] = zero.t()
+            base += q.shape[0]
         self.n_terms = len(packed)
         for t in range(self.n_terms):
             self.register_buffer(f"packed{t}", packed[t], persistent=False)
@@ -159,9 +207,9 @@ class QLinear(nn.Module):
         super().__init__()
         if kernel is not None and kernel not in KERNELS:
             raise ValueError(f"kernel {kernel!r} not understood (use one of {KERNELS})")
-        merged = _merge_parts(parts)
-        self.kernels = [kernel or pick_kernel(p, device) for p in merged]
-        self.parts = nn.ModuleList(_make_part(p, k, dtype, device) for p, k in zip(merged, self.kernels))
+        groups = _group_parts(parts)
+        self.kernels = [kernel or pick_kernel(g[0], device, rows=sum(p.shape[0] for p in g)) for g in groups]
+        self.parts = nn.ModuleList(_make_part(g, k, dtype, device) for g, k in zip(groups, self.kernels))
         self.in_features = parts[0].shape[1]
         self.out_features = sum(p.shape[0] for p in parts)
         self.dtype = dtype
@@ -182,23 +230,26 @@ class QLinear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, kernels={self.kernels}"
 
 
-def _make_part(q: QuantTensor, kernel: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+def _make_part(group: list[QuantTensor], kernel: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    if kernel == "int4" and all(p.shape[0] % 64 == 0 for p in group[:-1]):
+        return _Int4Part(group)                    # packed part by part into one result
+    q = group[0] if len(group) == 1 else QuantTensor.cat(group)
     if kernel == "int4":
-        return _Int4Part(q)
+        return _Int4Part([q])
     if kernel == "bf16":
         return _Bf16Part(q.to(device))
     return _DequantPart(q.to(device), dtype)
 
 
-def _merge_parts(parts: Sequence[QuantTensor]) -> list[QuantTensor]:
-    """Consecutive parts of one type are concatenated into one (a fused projection)."""
+def _group_parts(parts: Sequence[QuantTensor]) -> list[list[QuantTensor]]:
+    """Consecutive parts of one type form one group, multiplied as one matrix (a fused projection)."""
     merged: list[list[QuantTensor]] = []
     for p in parts:
         if merged and merged[-1][0].ggml_type == p.ggml_type:
             merged[-1].append(p)
         else:
             merged.append([p])
-    return [g[0] if len(g) == 1 else QuantTensor.cat(g) for g in merged]
+    return merged
 
 
 class QEmbedding(nn.Module):
