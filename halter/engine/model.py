@@ -138,8 +138,15 @@ def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
     Returns what is left of ``sd`` for ``load_state_dict``.
     """
     rest = dict(sd)
+    for i, layer in enumerate(net.layers):       # gate and up of one type: one product, one kernel call
+        w1, w3 = sd.get(f"layers.{i}.feed_forward.w1.weight"), sd.get(f"layers.{i}.feed_forward.w3.weight")
+        if isinstance(w1, QuantTensor) and isinstance(w3, QuantTensor) and w1.ggml_type == w3.ggml_type:
+            ff = layer.feed_forward
+            ff.w13 = QLinear([w1, w3], None, dtype=dtype, device=device)
+            ff.w1 = ff.w3 = None
+            del rest[f"layers.{i}.feed_forward.w1.weight"], rest[f"layers.{i}.feed_forward.w3.weight"]
     for key, value in sd.items():
-        if not (isinstance(value, QuantTensor) or isinstance(value, list)):
+        if not (isinstance(value, QuantTensor) or isinstance(value, list)) or key not in rest:
             continue
         path = key[:-len(".weight")]
         parent_path, _, attr = path.rpartition(".")

@@ -215,16 +215,20 @@ class QLinear(nn.Module):
         self.dtype = dtype
         self.register_buffer("bias", None if bias is None else bias.to(device=device, dtype=dtype),
                              persistent=False)
+        # the single part's forward, called directly (no module dispatch per product)
+        self._one = self.parts[0].forward if len(self.parts) == 1 else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, self.in_features)
-        if len(self.parts) == 1:
-            y = self.parts[0](x2).to(self.dtype)
+        if self._one is not None:
+            y = self._one(x2)
+            if y.dtype != self.dtype:
+                y = y.to(self.dtype)
         else:
             y = torch.cat([p(x2).to(self.dtype) for p in self.parts], dim=-1)
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, kernels={self.kernels}"
