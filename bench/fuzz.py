@@ -3,6 +3,8 @@
     python bench/fuzz.py --all --cases 1000             # every campaign, 1000 cases each
     python bench/fuzz.py --campaign gguf --cases 200 --seed 3 --out fuzz-failures
     python bench/fuzz.py --all --cases 100000 --seconds 300   # stop each campaign after 300 s
+    python bench/fuzz.py --all --cases 100000 --jobs 2 --state fuzz.json   # two at once, totals kept
+    python bench/fuzz.py --all --cases 100000 --jobs 2 --state fuzz.json --resume   # go on after a stop
 
 Each campaign generates cases from a seed (the same seed, the same cases) and runs them in a
 worker subprocess under ``resource`` limits: address space (``--memory-mb``) and CPU time per
@@ -35,123 +37,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-CAMPAIGNS = ("gbnf", "schema", "walk", "gguf", "cli")
+sys.path.insert(0, str(HERE))
 
 
-# -- case generators (parent side: no halter import needed) -----------------------------------------
-
-GBNF_SEEDS = [
-    'root ::= "yes" | "no"',
-    'root ::= [0-9]+ ("." [0-9]+)?',
-    'root ::= obj\nobj ::= "{" ws (kv ("," ws kv)*)? "}"\nkv ::= str ws ":" ws val\nval ::= str | [0-9]+ | obj\n'
-    'str ::= "\\"" [^"\\\\]* "\\""\nws ::= [ \\t\\n]*',
-    'root ::= (item "\\n"){1,3}\nitem ::= "- " [a-z]{1,8}',
-    'root ::= a b\na ::= "x"? [^\\x00-\\x1F]\nb ::= ("ab" | "c")* "d"',
-    'root ::= [\\u00e9-\\u00ff] | "\\U0001F600" | [^a-z]{2,}',
-]
-GBNF_PIECES = ['"a"', '"b"', "[a-z]", "[^\\n]", ".", "x", "y", "root", "(", ")", "|", "*", "+", "?", "{2}",
-               "{1,3}", "{,2}", "::=", "\n", " ", "\\", '"', "[", "]", "-", "#c\n", "\\x41", "\\u00e9",
-               "\\U0010FFFF", "<[5]>", "!", "\r\n", "\u2028", "\f"]
-
-
-def gbnf_case(rng: random.Random) -> dict:
-    if rng.random() < 0.5:                             # a mutated seed grammar
-        text = list(rng.choice(GBNF_SEEDS))
-        for _ in range(rng.randint(1, 6)):
-            i = rng.randrange(len(text) + 1)
-            op = rng.randrange(3)
-            if op == 0 and text:
-                del text[min(i, len(text) - 1)]
-            elif op == 1:
-                text.insert(i, rng.choice(GBNF_PIECES))
-            else:
-                text[i:i] = list(rng.choice(GBNF_SEEDS)[rng.randrange(10):][:rng.randrange(1, 12)])
-        return {"text": "".join(text)}
-    # grammar-aware: random rules, nesting and repetition within reason
-    names = [f"r{i}" for i in range(rng.randint(1, 5))]
-
-    def expr(depth: int) -> str:
-        k = rng.randrange(7 if depth < 4 else 3)
-        if k == 0:
-            return json.dumps("".join(rng.choice("ab\u00e9") for _ in range(rng.randint(0, 3))))
-        if k == 1:
-            return rng.choice(["[a-c]", "[^x]", "[0-9]", "."])
-        if k == 2:
-            return rng.choice(names)
-        if k == 3:
-            return " ".join(expr(depth + 1) for _ in range(rng.randint(2, 3)))
-        if k == 4:
-            return " | ".join(expr(depth + 1) for _ in range(rng.randint(2, 3)))
-        if k == 5:
-            return f"({expr(depth + 1)}){rng.choice(['*', '+', '?', '{0,2}', '{3}', ''])}"
-        return f"({expr(depth + 1)})"
-    rules = [f"root ::= {expr(0)}"] + [f"{n} ::= {expr(1)} | \"z\"" for n in names]
-    return {"text": "\n".join(rules)}
-
-
-def schema_case(rng: random.Random) -> dict:
-    sys.path.insert(0, str(HERE))
-    import schema_fuzz
-    s = schema_fuzz.schema(rng, rng.randint(1, 4))
-    if isinstance(s, dict) and "$ref" in json.dumps(s):
-        s = {**s, "$defs": {"d": schema_fuzz.schema(rng, 1)}}
-    extra = rng.random()
-    if extra < 0.1:
-        s = {"$schema": rng.choice([5, None, [], "http://json-schema.org/draft-04/schema#",
-                                    "http://json-schema.org/draft-07/schema#"]),
-             **(s if isinstance(s, dict) else {})}
-    elif extra < 0.2 and isinstance(s, dict):
-        s = {**s, rng.choice(["type", "properties", "items", "required", "$ref", "enum", "minLength"]):
-             rng.choice([5, "x", None, [], {}, -1, 1e308, [1, 1]])}
-    elif extra < 0.25:
-        for _ in range(rng.randint(50, 300)):
-            s = {"items": s}
-    return {"schema": s}
-
-
-def walk_case(rng: random.Random) -> dict:
-    return {"schema": schema_case(rng)["schema"], "seed": rng.randrange(2 ** 31), "steps": 60}
-
-
-def gguf_case(rng: random.Random) -> dict:
-    sys.path.insert(0, str(HERE))
-    import gguf_corrupt
-    if rng.random() < 0.3:
-        return {"named": rng.choice(sorted(gguf_corrupt.NAMED))}
-    return {"seed": rng.randrange(2 ** 31)}
-
-
-CLI_FILES = ["{model}", "{binary}", "{deep}", "{grammar}", "{schema}", "{missing}", "{empty}", "{bad_model}"]
-
-
-def cli_case(rng: random.Random) -> dict:
-    command = rng.choice(["run", "validate", "schema2gbnf", "compile", "run", "bogus"])
-    pieces = {
-        "run": [["-m", "{model}"], ["-m", rng.choice(CLI_FILES)], ["-p", "x"], ["-f", rng.choice(CLI_FILES)],
-                ["--grammar-file", rng.choice(CLI_FILES)], ["-jf", rng.choice(CLI_FILES)], ["-j", "{\"type\":"],
-                ["-j", "[" * 5000], ["--regex", rng.choice(["(a", "[z-a]", "a{99999999}", "a|b"])],
-                ["-n", rng.choice(["0", "-1", "x", "5"])], ["-c", rng.choice(["0", "-3", "8", "x"])],
-                ["--device", rng.choice(["tpu", "cpu", "cuda:x"])], ["--temp", rng.choice(["nan", "-1", "inf"])],
-                ["--top-k", "-5"], ["-l", rng.choice(["5+1", "x", "99999999+1"])], ["--samplers", "nope;top_k"],
-                ["--dtype", rng.choice(["f8", "bf16"])], ["--mirostat", "7"]],
-        "validate": [[rng.choice(CLI_FILES)], [rng.choice(CLI_FILES)], ["--root", rng.choice(["nope", "root"])]],
-        "schema2gbnf": [[rng.choice(CLI_FILES)], ["--prop-order", "a,b"], ["--whitespace", "weird"]],
-        "compile": [[rng.choice(CLI_FILES)], ["--vocab", rng.choice(CLI_FILES)], ["--json-schema"]],
-        "bogus": [["--x"]],
-    }[command]
-    argv = [command]
-    for p in rng.sample(pieces, rng.randint(1, min(4, len(pieces)))):
-        argv += p
-    return {"argv": argv}
-
-
-GENERATORS: dict[str, Callable[[random.Random], dict]] = {
-    "gbnf": gbnf_case, "schema": schema_case, "walk": walk_case, "gguf": gguf_case, "cli": cli_case}
+from fuzz_cases import CAMPAIGNS, GENERATORS  # noqa: E402  (bench/ is on sys.path)
 
 
 # -- case runners (worker side) ----------------------------------------------------------------------
@@ -207,6 +103,7 @@ def run_walk(case: dict, ctx: dict) -> None:
     text = b""
     eos = vocab.eos_id
     mask = allocate_bitmask(1, vocab.size)
+    cm = g.matcher()                                   # the character matcher, fed the same bytes
     for _ in range(case["steps"]):
         m.fill_bitmask(mask)
         bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab.size]
@@ -219,19 +116,29 @@ def run_walk(case: dict, ctx: dict) -> None:
         if not m.accept_token(tok):
             raise Wrong(f"token {tok} was in the mask but refused after {text!r}")
         text += vocab.token_bytes[tok]
-        cm = g.matcher()
-        if not cm.accept_bytes(text):
+        if not cm.accept_bytes(vocab.token_bytes[tok]):
             raise Wrong(f"the character matcher refuses the prefix {text!r}")
     else:
         return                                         # ran out of steps: nothing to validate
     if not g.matches(text):
         raise Wrong(f"ended with {text!r}, which the grammar does not match")
-    value = json.loads(text)
     schema = case["schema"]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator) \
         if isinstance(schema, dict) else jsonschema.Draft202012Validator
-    if not caught and not cls(schema, format_checker=format_checker(cls)).is_valid(value):
+    if not caught and not _valid(cls(schema, format_checker=format_checker(cls)), text):
         raise Wrong(f"ended with {text!r}, which the schema refuses (no warning was given)")
+
+
+def _valid(validator: Any, text: bytes) -> bool:
+    """Whether the validator accepts the JSON ``text``, read with floats or, where floats cannot hold a
+    number (``4E-400`` is not 0 and so not an integer; ``1e400`` is not infinite), with exact decimals."""
+    from decimal import Decimal
+    if validator.is_valid(json.loads(text)):
+        return True
+    try:
+        return bool(validator.is_valid(json.loads(text, parse_float=Decimal)))
+    except (ArithmeticError, TypeError, ValueError):
+        return False
 
 
 def _walk_vocab():
@@ -351,10 +258,12 @@ def worker(campaign: str, cpu_s: float) -> None:
 # -- the driver (parent side) -------------------------------------------------------------------------
 
 class Worker:
-    def __init__(self, campaign: str, memory_mb: int, cpu_s: float) -> None:
+    def __init__(self, campaign: str, memory_mb: int, cpu_s: float, cache_dir: str | None = None) -> None:
         def limits() -> None:
             resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+        if cache_dir:                               # the cases' compiled grammars stay out of the user's cache
+            env["HALTER_CACHE_DIR"] = cache_dir
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", campaign,
                                       "--cpu-s", str(cpu_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, preexec_fn=limits, env=env)
@@ -407,26 +316,37 @@ class Worker:
 
 def run_campaign(campaign: str, cases: int, seed: int = 0, out: Path | None = None, memory_mb: int = 6144,
                  cpu_s: float = 20.0, timeout_s: float = 60.0, progress: bool = False,
-                 seconds: float | None = None) -> dict:
+                 seconds: float | None = None, resume: dict | None = None,
+                 checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Run ``cases`` cases of ``campaign`` (fewer if ``seconds`` of wall-clock time run out first:
     ``"cases"`` is then the number run); returns ``{"campaign", "cases", "seconds", verdict: count,
-    "failures": [case + verdict, ...]}``."""
+    "failures": [case + verdict, ...]}``.
+
+    ``resume`` (totals an interrupted run returned or checkpointed) continues after its last case:
+    the skipped cases are generated again, not run, so the same seed gives the same cases.
+    ``checkpoint`` is called with the totals so far every 500 cases."""
     rng = random.Random(f"{campaign}-{seed}")
-    totals: dict[str, Any] = {"campaign": campaign, "cases": cases, "ok": 0, "refused": 0, "crash": 0,
-                              "hang": 0, "memory": 0, "wrong": 0, "failures": []}
-    start = time.perf_counter()
-    w = Worker(campaign, memory_mb, cpu_s)
+    totals: dict[str, Any] = {"campaign": campaign, "cases": cases, "done": 0, "ok": 0, "refused": 0, "crash": 0,
+                              "hang": 0, "memory": 0, "wrong": 0, "failures": [], "seconds": 0.0}
+    if resume:
+        totals.update({k: v for k, v in resume.items() if k != "cases"})
+    first = totals["done"]
+    for _ in range(first):
+        GENERATORS[campaign](rng)
+    start, before = time.perf_counter(), float(totals["seconds"])
+    cache = tempfile.TemporaryDirectory(prefix="halter-fuzz-cache-")
+    w = Worker(campaign, memory_mb, cpu_s, cache.name)
     try:
-        for i in range(cases):
+        for i in range(first, cases):
             if seconds is not None and time.perf_counter() - start > seconds:
-                totals["cases"] = i
                 break
             case = GENERATORS[campaign](rng)
             if not w.alive:
-                w = Worker(campaign, memory_mb, cpu_s)
-            verdict = w.run(case, timeout_s + (30 if i == 0 else 0))    # (the first case imports)
+                w = Worker(campaign, memory_mb, cpu_s, cache.name)
+            verdict = w.run(case, timeout_s + (30 if i == first else 0))    # (the first case imports)
             kind = verdict["verdict"]
             totals[kind] += 1
+            totals["done"] = i + 1
             if kind == "ok" and verdict.get("refused"):
                 totals["refused"] += 1
             if kind != "ok":
@@ -438,11 +358,17 @@ def run_campaign(campaign: str, cases: int, seed: int = 0, out: Path | None = No
                     (folder / f"{seed}-{i}.json").write_text(json.dumps(failure, indent=1, default=str))
                     if "file" in verdict:
                         (folder / f"{seed}-{i}.gguf").write_bytes(base64.b64decode(verdict["file"]))
-            if progress and (i + 1) % 1000 == 0:
-                print(f"  {campaign}: {i + 1}/{cases}", file=sys.stderr)
+            if (i + 1) % 500 == 0:
+                totals["seconds"] = round(before + time.perf_counter() - start, 1)
+                if checkpoint is not None:
+                    checkpoint(dict(totals))
+                if progress and (i + 1) % 5000 == 0:
+                    print(f"  {campaign}: {i + 1}/{cases}", file=sys.stderr, flush=True)
     finally:
         w.close()
-    totals["seconds"] = round(time.perf_counter() - start, 1)
+        cache.cleanup()
+    totals["cases"] = totals["done"]
+    totals["seconds"] = round(before + time.perf_counter() - start, 1)
     return totals
 
 
@@ -485,6 +411,9 @@ def main() -> None:
                     "are reported)")
     ap.add_argument("--json", action="store_true", help="print the totals as JSON")
     ap.add_argument("--plot", type=Path, help="write a PNG of the verdicts per campaign (needs matplotlib)")
+    ap.add_argument("--jobs", type=int, default=1, help="campaigns run at once, each in its own worker (default 1)")
+    ap.add_argument("--state", type=Path, help="keep the totals so far in this JSON file (every 500 cases)")
+    ap.add_argument("--resume", action="store_true", help="continue the run whose totals --state holds")
     ap.add_argument("--worker", choices=CAMPAIGNS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -493,16 +422,38 @@ def main() -> None:
     campaigns = list(CAMPAIGNS) if args.all else (args.campaign or [])
     if not campaigns:
         ap.error("name a --campaign or pass --all")
-    results = []
-    for c in campaigns:
+    state: dict[str, dict] = {}
+    if args.state and args.resume and args.state.exists():
+        state = json.loads(args.state.read_text())
+        if state.get("seed", args.seed) != args.seed:
+            ap.error(f"--resume: {args.state} was written with --seed {state['seed']}")
+    state["seed"] = args.seed
+    lock = threading.Lock()
+
+    def save(totals: dict) -> None:
+        if args.state is None:
+            return
+        with lock:
+            state[totals["campaign"]] = totals
+            tmp = args.state.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state, default=str))
+            tmp.replace(args.state)
+
+    def one(c: str) -> dict:
         r = run_campaign(c, args.cases, args.seed, args.out, args.memory_mb, args.cpu_s, args.timeout_s,
-                         progress=not args.json, seconds=args.seconds)
-        results.append(r)
+                         progress=not args.json, seconds=args.seconds, resume=state.get(c), checkpoint=save)
+        save({**r, "cases": r["done"]})
         if not args.json:
-            print(f"{c:7s} {r['cases']:7d} cases ({r['cases'] / max(r['seconds'], 0.1):.1f}/s)  ok {r['ok']:7d} (refused {r['refused']})  crash {r['crash']}  "
-                  f"hang {r['hang']}  memory {r['memory']}  wrong {r['wrong']}  {r['seconds']:.0f} s")
-            for f in r["failures"][:5]:
-                print(f"    #{f['index']} {f['verdict']}: {f.get('detail', '')[:150]}")
+            with lock:
+                print(f"{c:7s} {r['cases']:7d} cases ({r['cases'] / max(r['seconds'], 0.1):.1f}/s)  ok {r['ok']:7d} "
+                      f"(refused {r['refused']})  crash {r['crash']}  hang {r['hang']}  memory {r['memory']}  "
+                      f"wrong {r['wrong']}  {r['seconds']:.0f} s", flush=True)
+                for f in r["failures"][:5]:
+                    print(f"    #{f['index']} {f['verdict']}: {f.get('detail', '')[:150]}", flush=True)
+        return r
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:   # each campaign has its own worker
+        results = list(pool.map(one, campaigns))
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k != "failures"} for r in results]))
     if args.plot:
