@@ -88,39 +88,44 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     return (out[0] if len(out) == 1 else torch.cat(out)).view(n, K // 2)
 
 
+_LO4 = 0x0F0F0F0F0F0F0F0F                     # low nibble of each byte of an int64
+_HI4 = 0xF0F0F0F0F0F0F0F0 - (1 << 64)         # high nibble of each byte (as a signed int64)
+_FLIP = 0x8888888888888888 - (1 << 64)         # bit 3 of each nibble
+
+
 def _pack_codes(rows: torch.Tensor, block_bytes: int, c: Codes, out: torch.Tensor) -> None:
     """``pack_int4`` of the codes ``c`` locates in the raw block rows ``rows``, into ``out``.
 
     Pairs of rows (``i`` and ``i + 32`` of each 64-row block, ``2i`` and ``2i + 1`` in a last
-    shorter block) are combined byte-wise straight from the file's bytes: a nibble-packed byte
-    of each row gives the packed bytes of two values, with no code matrix in between.
+    shorter block) are combined straight from the file's bytes, eight bytes at a time (int64
+    lanes): a nibble-packed byte of each row gives the packed bytes of two values, with no code
+    matrix in between. One byte-wise transposition then writes the kernel's k-major order.
     """
     n, n_blk = rows.shape[0], rows.shape[1] // block_bytes
     G, L = c.groups, c.length
-    qs = rows.view(n, n_blk, block_bytes)[:, :, c.off:c.off + G * L]
+    qs = rows.view(n, n_blk, block_bytes)[:, :, c.off:c.off + G * L].contiguous().view(n, -1)
     full = n - n % 64
     segments = []
     if full:
-        segments.append((qs[:full].view(full // 64, 2, 32, n_blk, G, L), out[:full], 32))
+        segments.append((qs[:full].view(full // 64, 2, 32, -1), out[:full], 32))
     if full < n:
         t = (n - full) // 2
-        segments.append((qs[full:].reshape(1, t, 2, n_blk, G, L).transpose(1, 2), out[full:], t))
+        segments.append((qs[full:].view(1, t, 2, -1).transpose(1, 2), out[full:], t))
     for src, dst, R in segments:
-        a, b = src[:, 0], src[:, 1]                                # [nb, R, n_blk, G, L]
-        nb = a.shape[0]
-        # results written through permuted views of ``out``: no temporary in the packed order
+        nb = src.shape[0]
+        a, b = src[:, 0].view(torch.int64), src[:, 1].view(torch.int64)      # [nb, R, bytes / 8]
         if c.kind == "nibbles":
-            d = dst.view(nb, n_blk, G, 2, L, R).permute(0, 5, 1, 2, 3, 4)     # [nb, R, n_blk, G, 2, L]
-            torch.bitwise_or(a & 15, b << 4, out=d[..., 0, :])
-            torch.bitwise_or(a >> 4, b & 0xF0, out=d[..., 1, :])
+            d = dst.view(nb, n_blk, G, 2, L, R)
+            lo = (a & _LO4) | ((b << 4) & _HI4)
+            hi = ((a >> 4) & _LO4) | (b & _HI4)
+            d[:, :, :, 0] = lo.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
+            d[:, :, :, 1] = hi.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
         else:
-            d = dst.view(nb, n_blk, G, L, R).permute(0, 4, 1, 2, 3)           # [nb, R, n_blk, G, L]
             if c.kind == "low":
-                torch.bitwise_or(a & 15, b << 4, out=d)
+                v = (a & _LO4) | ((b << 4) & _HI4)
             else:
-                hi = a >> 4
-                hi |= b & 0xF0
-                torch.bitwise_xor(hi, 0x88, out=d)
+                v = (((a >> 4) & _LO4) | (b & _HI4)) ^ _FLIP
+            dst.view(nb, n_blk, G, L, R).copy_(v.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1))
 
 
 class _Int4Part(nn.Module):
