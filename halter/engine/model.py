@@ -335,8 +335,11 @@ class Model:
         first = int(seq_ids[0])
         span = (first, first + len(seq_ids)) if list(seq_ids) == list(range(first, first + len(seq_ids))) \
             else None
+        c0 = int(cells[0, 0])
+        same = span is not None and bool((cells == np.arange(c0, c0 + T)[None, :]).all())
         logits = self.net(ids.to(dev), torch.as_tensor(positions, device=dev),
-                          torch.as_tensor(list(seq_ids), device=dev), torch.as_tensor(cells, device=dev),
+                          torch.as_tensor(list(seq_ids), device=dev),
+                          slice(c0, c0 + T) if same else torch.as_tensor(cells, device=dev),
                           self.cache, self.rope, n_attend, last_only=not all_logits, row_span=span)
         return logits if all_logits else logits[:, -1]
 

@@ -82,11 +82,15 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
                 cache: KVCache, row_ids: torch.Tensor, rows: torch.Tensor | slice,
-                cells: torch.Tensor, mask: torch.Tensor, n_attend: int) -> torch.Tensor:
+                cells: torch.Tensor | slice, mask: torch.Tensor, n_attend: int) -> torch.Tensor:
         q, k, v = self.project(x, cos, sin, rope)
         k_cache, v_cache = cache.k[self.layer], cache.v[self.layer]   # [S, Hkv, C, D]
-        k_cache[row_ids[:, None], :, cells] = k                        # indexed view: [B, T, Hkv, D]
-        v_cache[row_ids[:, None], :, cells] = v
+        if isinstance(cells, slice):                                   # same cells in consecutive rows
+            k_cache[rows, :, cells] = k.transpose(1, 2)                # a view: [B, Hkv, T, D]
+            v_cache[rows, :, cells] = v.transpose(1, 2)
+        else:
+            k_cache[row_ids[:, None], :, cells] = k                    # indexed view: [B, T, Hkv, D]
+            v_cache[row_ids[:, None], :, cells] = v
         keys, values = _rows(k_cache, rows, n_attend), _rows(v_cache, rows, n_attend)  # [B, Hkv, L, D]
         return self.attend(q, keys, values, mask)
 
@@ -193,13 +197,14 @@ class Transformer(nn.Module):
         return out
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor,
-                cells: torch.Tensor, cache: KVCache, rope: Rope, n_attend: int,
+                cells: torch.Tensor | slice, cache: KVCache, rope: Rope, n_attend: int,
                 last_only: bool = False, row_span: tuple[int, int] | None = None) -> torch.Tensor:
         """Logits (float32) for ``tokens [B, T]`` at positions ``pos [B, T]`` of sequences ``rows [B]``.
 
         ``cells [B, T]`` are the cache cells reserved for the new tokens; attention covers the
         first ``n_attend`` cells of each row. When the rows are consecutive, ``row_span``
-        (first, end) lets attention read views of the cache instead of gathering copies. Returns ``[B, T, n_vocab]``, or ``[B, 1, n_vocab]``
+        (first, end) lets attention read views of the cache instead of gathering copies, and
+        ``cells`` may then be a slice (every row writes the same consecutive cells). Returns ``[B, T, n_vocab]``, or ``[B, 1, n_vocab]``
         when ``last_only``.
         """
         rows: torch.Tensor | slice = row_ids if row_span is None else slice(*row_span)
