@@ -11,6 +11,8 @@ embedding, so no token is ever recomputed.
 """
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import torch
 
@@ -18,13 +20,14 @@ from halter.engine.rope import Rope
 
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
-    """A zero tensor; on the CPU allocated by ``calloc`` (through numpy), so its pages are mapped
-    lazily: a large cache costs resident memory only for the cells written (the pages read but
-    never written are the kernel's shared zero page)."""
+    """A zero tensor; on the CPU an anonymous memory map, so its pages become resident only when
+    written (pages only read are the kernel's shared zero page). Not ``calloc`` through numpy:
+    numpy advises huge pages for large arrays, and one written cell would commit 2 MiB."""
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    raw = np.zeros(int(np.prod(shape)) * itemsize, dtype=np.uint8)
+    n_bytes = max(1, int(np.prod(shape)) * itemsize)
+    raw = np.frombuffer(mmap.mmap(-1, n_bytes), dtype=np.uint8)     # the array keeps the map alive
     return torch.from_numpy(raw).view(dtype).view(shape)
 
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from halter.engine.quant_tensor import INT4_GROUP, Codes, QuantTensor
+from halter.engine.quant_tensor import INT4_GROUP, Codes, QuantTensor, release_pages
 
 KERNELS = ("int4", "bf16", "dequant")
 INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K")
@@ -156,6 +156,7 @@ class _Int4Part(nn.Module):
                         packed[t][r0:r1] = pack_int4(codes)
                     sz[t][:, r0:r1, 0] = scale.t()
                     sz[t][:, r0:r1, 1] = zero.t()
+                release_pages(q.row_slice(start, end))     # file pages read: not needed again
             base += q.shape[0]
         self.n_terms = len(packed)
         for t in range(self.n_terms):
@@ -181,6 +182,7 @@ class _Bf16Part(nn.Module):
         for start in range(0, q.shape[0], _PACK_ROWS):
             part = q.row_slice(start, min(start + _PACK_ROWS, q.shape[0]))
             w[start:start + part.shape[0]] = part.dequantize(torch.bfloat16)
+            release_pages(part)
         self.register_buffer("weight", w, persistent=False)
         self.out_features = q.shape[0]
 
@@ -282,7 +284,7 @@ def weight_bytes(module: nn.Module, *, resident: bool = False) -> int:
     ``QEmbedding``: only the rows looked up are ever read, and they stay file-backed).
     """
     mapped = {m.raw.untyped_storage().data_ptr() for m in module.modules()
-              if isinstance(m, QEmbedding) and getattr(m.q, "_mmap", None) is not None}
+              if isinstance(m, QEmbedding) and m.q.file_backed}
     seen: dict[int, int] = {}
     for t in list(module.parameters()) + list(module.buffers()):
         st = t.untyped_storage()

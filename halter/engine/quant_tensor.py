@@ -13,6 +13,7 @@ only the rounding of ``s`` and ``z`` to the kernel's dtype is lost.
 """
 from __future__ import annotations
 
+import ctypes
 import mmap
 from typing import NamedTuple
 
@@ -36,6 +37,7 @@ class QuantTensor:
         if self.shape[1] % self.block_len:
             raise ValueError(f"{self.type_name} rows of {self.shape[1]} values are not whole blocks")
         self.raw = raw.reshape(self.shape[0], self.shape[1] // self.block_len * self.block_bytes)
+        self.file_backed = False           # a view of a memory-mapped file (``release_pages``)
 
     @classmethod
     def from_file(cls, path: str, offset: int, ggml_type: int, shape: tuple[int, int]) -> "QuantTensor":
@@ -47,7 +49,7 @@ class QuantTensor:
         n = shape[0] * shape[1] // block_len * block_bytes
         mm = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=(n,))
         q = cls(torch.from_numpy(mm), ggml_type, shape)
-        q._mmap = mm._mmap                      # type: ignore[attr-defined]  # for release_pages
+        q.file_backed = True
         return q
 
     @property
@@ -87,7 +89,9 @@ class QuantTensor:
 
     def row_slice(self, start: int, end: int) -> "QuantTensor":
         """Rows ``start:end`` (a view of the same blocks: rows are independent in every type)."""
-        return QuantTensor(self.raw[start:end], self.ggml_type, (end - start, self.shape[1]))
+        q = QuantTensor(self.raw[start:end], self.ggml_type, (end - start, self.shape[1]))
+        q.file_backed = self.file_backed
+        return q
 
     @staticmethod
     def cat(parts: list["QuantTensor"]) -> "QuantTensor":
@@ -116,16 +120,34 @@ class QuantTensor:
 def release_pages(q: QuantTensor) -> None:
     """Drop a file-backed tensor's pages from this process (they stay in the page cache).
 
-    After a pass over the whole tensor (the load-time scale check), its pages would otherwise
-    count in the process's resident memory although only a few rows (embedding lookups) or none
-    (weights packed into another form) are used afterwards.
+    After a pass over the tensor (packing it into another form, the load-time scale check), its
+    pages would otherwise count in the process's resident memory although only a few rows
+    (embedding lookups) or none (packed weights) are read afterwards; a page read again comes
+    back from the page cache. Only whole pages inside the tensor's bytes are dropped (the map
+    is private and never written, so nothing is lost). Linux only; elsewhere it does nothing.
     """
-    owner = getattr(q, "_mmap", None)
-    if owner is not None and hasattr(owner, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-        try:
-            owner.madvise(mmap.MADV_DONTNEED)
-        except OSError:
-            pass
+    if not q.file_backed or _MADVISE is None:
+        return
+    start = q.raw.data_ptr()
+    end = start + q.raw.numel()
+    page = mmap.PAGESIZE
+    lo, hi = -(-start // page) * page, end // page * page
+    if hi > lo:
+        _MADVISE(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), mmap.MADV_DONTNEED)
+
+
+def _libc_madvise():
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+_MADVISE = _libc_madvise()
 
 
 # byte -> its 8 bits (lowest first) as codes 8 or 9, packed in one int64 (8 bytes, little-endian)
