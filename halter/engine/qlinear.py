@@ -114,18 +114,17 @@ def _pack_codes(rows: torch.Tensor, block_bytes: int, c: Codes, out: torch.Tenso
     for src, dst, R in segments:
         nb = src.shape[0]
         a, b = src[:, 0].view(torch.int64), src[:, 1].view(torch.int64)      # [nb, R, bytes / 8]
+
+        def k_major(v: torch.Tensor) -> torch.Tensor:          # [nb, R, ...] bytes -> [nb, ..., R]
+            return v.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
         if c.kind == "nibbles":
             d = dst.view(nb, n_blk, G, 2, L, R)
-            lo = (a & _LO4) | ((b << 4) & _HI4)
-            hi = ((a >> 4) & _LO4) | (b & _HI4)
-            d[:, :, :, 0] = lo.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
-            d[:, :, :, 1] = hi.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
+            d[:, :, :, 0] = k_major((a & _LO4) | ((b << 4) & _HI4))
+            d[:, :, :, 1] = k_major(((a >> 4) & _LO4) | (b & _HI4))
+        elif c.kind == "low":
+            dst.view(nb, n_blk, G, L, R).copy_(k_major((a & _LO4) | ((b << 4) & _HI4)))
         else:
-            if c.kind == "low":
-                v = (a & _LO4) | ((b << 4) & _HI4)
-            else:
-                v = (((a >> 4) & _LO4) | (b & _HI4)) ^ _FLIP
-            dst.view(nb, n_blk, G, L, R).copy_(v.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1))
+            dst.view(nb, n_blk, G, L, R).copy_(k_major((((a >> 4) & _LO4) | (b & _HI4)) ^ _FLIP))
 
 
 class _Int4Part(nn.Module):
