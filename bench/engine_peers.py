@@ -291,30 +291,40 @@ def compare(args, out) -> dict:
 
 
 def plot(table: dict, path: str) -> None:
+    """halter / peer ratios per model and quantity (peer: llama.cpp when measured), halter's RSS
+    added by loading against the file's tensor bytes, and the targets; the table goes to a .json
+    beside the PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    keys = [("load_s", "load s (lower is better)"), ("prompt_tps", "prompt tok/s"),
-            ("decode_tps", "decode tok/s, batch 1"), ("batch_tps", "decode tok/s, batch 8"),
-            ("load_ratio", "RSS added by loading / tensor bytes")]
-    for m in table.values():
-        for v in m.values():
-            v["load_ratio"] = v["load_rss_mb"] / v["tensors_mb"]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.6 * len(keys), 3.6))
-    models = list(table)
-    engines = sorted({e for m in table.values() for e in m})
-    for ax, (k, title) in zip(axes, keys):
-        width = 0.8 / max(1, len(engines))
-        for j, e in enumerate(engines):
-            vals = [table[m].get(e, {}).get(k, 0) or 0 for m in models]
-            ax.bar([i + j * width for i in range(len(models))], vals, width, label=e)
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(models))])
-        ax.set_xticklabels([m.split(".")[0][:18] for m in models], fontsize=7)
-        ax.set_title(title, fontsize=9)
-    axes[0].legend(fontsize=7)
+    keys = [("load_s", "load time", 2.0), ("prompt_tps", "prompt tok/s", 0.5),
+            ("decode_tps", "decode tok/s, batch 1", 1.0), ("batch_tps", "decode tok/s, batch 8", None),
+            ("rss_x_tensors", "halter's RSS added by loading\n/ the file's tensor bytes", 1.25)]
+    models = [m for m in table if "halter" in table[m] and len(table[m]) > 1]
+    fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 3.8), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        peer = "llama.cpp" if "llama.cpp" in table[m] else next(e for e in table[m] if e != "halter")
+        h, p = table[m]["halter"], table[m][peer]
+        ratios = [h["load_rss_mb"] / h["tensors_mb"] if k == "rss_x_tensors" else h[k] / p[k] for k, _, _ in keys]
+        xs = range(len(keys))
+        lower_better = {"load_s", "rss_x_tensors"}
+        colors = ["tab:gray" if t is None else "tab:green" if (r <= t if k in lower_better else r >= t)
+                  else "tab:red" for (k, _, t), r in zip(keys, ratios)]
+        ax.bar(xs, ratios, color=colors)
+        for x, (_, _, target), r in zip(xs, keys, ratios):
+            ax.text(x, r, f"{r:.2f}", ha="center", va="bottom", fontsize=7)
+            if target is not None:
+                ax.plot([x - 0.4, x + 0.4], [target, target], color="black", lw=1.2)
+        ax.axhline(1.0, color="gray", lw=0.6, ls="--")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([label for _, label, _ in keys], rotation=25, ha="right", fontsize=7)
+        ax.set_title(f"{m.split('.gguf')[0][:28]}: halter / {peer}", fontsize=8)
+    axes[0][0].set_ylabel("ratio (black: target; green met, red missed)", fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=110)
+    with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        json.dump(table, f, indent=1)
 
 
 if __name__ == "__main__":
