@@ -130,15 +130,52 @@ def run_walk(case: dict, ctx: dict) -> None:
 
 
 def _valid(validator: Any, text: bytes) -> bool:
-    """Whether the validator accepts the JSON ``text``, read with floats or, where floats cannot hold a
-    number (``4E-400`` is not 0 and so not an integer; ``1e400`` is not infinite), with exact decimals."""
-    from decimal import Decimal
-    if validator.is_valid(json.loads(text)):
-        return True
+    """Whether the validator accepts the JSON ``text`` under exact arithmetic.
+
+    Floats are not exact enough to judge a walk's numbers: ``4E-400`` reads as ``0.0`` (an integer)
+    and ``1e400`` as ``inf`` (jsonschema's ``multipleOf`` then raises). So numbers with a fraction
+    or an exponent are read as ``Decimal`` in a context wide enough to hold them, and integral
+    decimals count as integers (draft-06 on; draft-04's integers have no fraction or exponent); the
+    schema's numbers are read as decimals too (``multipleOf: 0.3`` means 3/10, as in halter). An
+    exponent beyond what ``decimal`` can hold is brought to one that keeps every property a schema
+    can test: far above any float bound with the same digits (divisibility by any float's
+    denominator kept), or a non-zero number far below any float bound. Only if that check cannot
+    run does the float reading decide."""
+    import decimal
+
+    import jsonschema
+    with decimal.localcontext() as ctx:
+        ctx.prec, ctx.Emax, ctx.Emin = 10_000, decimal.MAX_EMAX, decimal.MIN_EMIN
+        ctx.traps[decimal.Inexact] = False
+        try:
+            value = json.loads(text, parse_float=_exact_number)
+            cls = type(validator)
+            if cls is not jsonschema.Draft4Validator and cls is not jsonschema.Draft3Validator:
+                checker = cls.TYPE_CHECKER.redefine("integer", lambda c, x: jsonschema.Draft202012Validator.TYPE_CHECKER
+                                                    .is_type(x, "integer") or (isinstance(x, decimal.Decimal)
+                                                                               and x == x.to_integral_value()))
+                cls = jsonschema.validators.extend(cls, type_checker=checker)
+            schema = json.loads(json.dumps(validator.schema), parse_float=decimal.Decimal)   # 0.3 is 3/10
+            return bool(cls(schema, format_checker=validator.format_checker).is_valid(value))
+        except (ArithmeticError, TypeError, ValueError):
+            pass
     try:
-        return bool(validator.is_valid(json.loads(text, parse_float=Decimal)))
+        return bool(validator.is_valid(json.loads(text)))
     except (ArithmeticError, TypeError, ValueError):
-        return False
+        return True                                    # neither reading can judge it: not counted wrong
+
+
+def _exact_number(s: str) -> Any:
+    """A JSON number with a fraction or exponent as a ``Decimal`` (see ``_valid``)."""
+    from decimal import Decimal
+    mantissa, _, exp = s.lower().partition("e")
+    whole, _, frac = mantissa.lstrip("-").partition(".")
+    digits = int(whole + frac)
+    e = int(exp or 0) - len(frac)
+    if digits == 0:
+        return Decimal(0)
+    e = min(e, 2000) if e > 0 else max(e, -2000 - len(str(digits)))
+    return Decimal(f"{'-' if mantissa.startswith('-') else ''}{digits}E{e}")
 
 
 def _walk_vocab():

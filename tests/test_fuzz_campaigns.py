@@ -41,3 +41,22 @@ def test_campaigns_are_reproducible() -> None:
         a = [generate(random.Random(f"{name}-7")) for _ in range(5)]
         b = [generate(random.Random(f"{name}-7")) for _ in range(5)]
         assert a == b, name
+
+
+@pytest.mark.parametrize("schema,text,valid", [
+    ({"not": {"type": "integer"}}, b"4E-400", True),          # not 0.0: a tiny non-integer
+    ({"type": "integer"}, b"1e400", True),                     # not inf: an integer
+    ({"type": "integer"}, b"5.0", True),
+    ({"type": "integer"}, b"1.5", False),
+    ({"multipleOf": 0.5}, b"1e400", True),
+    ({"multipleOf": 0.3}, b"1e99999999999999999999", False),   # 10^k / (3/10) is never whole
+    ({"multipleOf": 0.3}, b"3e99999999999999999999", True),
+    ({"exclusiveMinimum": 0}, b"-783e-404307097125128999906", False),
+    ({"oneOf": [{"multipleOf": 0.5}, {"minProperties": 1}]}, b"9398324476512375123121912.903129", True),
+])
+def test_the_walk_check_reads_numbers_exactly(schema: dict, text: bytes, valid: bool) -> None:
+    """The token-walk campaign's final check must judge numbers as the schema means them, or it
+    reports wrong answers that are float artefacts (and misses real ones)."""
+    import jsonschema
+    v = jsonschema.Draft202012Validator(schema)
+    assert fuzz._valid(v, text) is valid
