@@ -52,6 +52,24 @@ def test_nested_repetitions_around_rule_calls_stay_linear() -> None:
     assert g.matches("xx")
 
 
+@pytest.mark.parametrize("closer", [")+", "){2}", "){1,2}"])
+def test_nested_doubling_repetitions_build_linearly(closer: str) -> None:
+    """``+``, ``{2}`` and ``{1,2}`` each emit two copies of their body: 40 of them nested inside one
+    rule would be 2^40 NFA states unrolled. The builder counts every copy and calls the levels
+    below as a rule once unrolling grows large, so the automaton stays linear in the nesting."""
+    g = Grammar.from_gbnf("root ::= " + "(" * 40 + '"a"' + closer * 40)
+    assert g._automata.n_positions < 10_000
+    assert not g.matches("") and not g.matches("b") and not g.matches("ab")
+    if closer == "){2}":                       # exactly 2^40 a's: only prefixes can be checked
+        m = g.matcher()
+        assert m.accept_bytes(b"a" * 5000) and not m.is_accepting()
+    else:        # (``{1,2}`` nested is ambiguous: parser work grows with the text, so a short one)
+        assert g.matches("a") and g.matches("a" * (777 if closer == ")+" else 12))
+    deep12 = Grammar.from_gbnf("root ::= " + "(" * 12 + '"a"' + "){2}" * 12)
+    assert deep12.matches("a" * 4096)
+    assert not deep12.matches("a" * 4095) and not deep12.matches("a" * 4097)
+
+
 @pytest.mark.parametrize("closer", [")", ")*", ")?"])
 def test_nesting_at_the_limit_and_just_over(closer: str) -> None:
     depth = halter.limits.LIMITS.nesting_depth

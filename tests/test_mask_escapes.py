@@ -28,6 +28,9 @@ GRAMMARS = {
     # one rule called from many places, like ws
     "many-callers": 'root ::= "<" w "a" w "b" w (">" | "," w root)\nw ::= " "{0,2}',
     "nested": 'root ::= v\nv ::= "<" (v ("," v)*)? ">" w | "a" w\nw ::= " "?',
+    # a rule reached both from another item's closure and from elsewhere (its context merges
+    # both): its escapes are not all brought by the other item
+    "shared-callee": 'root ::= "<" s ">" | "<" t\nt ::= s "," | "." t\ns ::= "a" s | "b"',
 }
 
 

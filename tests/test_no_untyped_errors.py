@@ -1,5 +1,5 @@
 """Everything that escapes halter's public entry points on bad input is a ``HalterError``: a
-generated corpus (the fuzz generators of bench/fuzz.py, seeded) goes through ``Grammar.from_gbnf``,
+generated corpus (the fuzz generators of bench/fuzz_cases.py, seeded) goes through ``Grammar.from_gbnf``,
 ``from_json_schema``, ``from_regex``, the matchers, ``json_schema_to_gbnf``, ``halter.generate``,
 ``Vocabulary.from_gguf`` and ``Model.load``; any other exception type fails the test."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from halter.vocab.vocabulary import Vocabulary
 from halter.schemas import json_schema_to_gbnf
 from tests.conftest import bench_module
 
-fuzz = bench_module("fuzz")
+fuzz = bench_module("fuzz_cases")                # the fuzz campaigns' case generators
 corrupt = bench_module("gguf_corrupt")
 
 REGEX_PIECES = ["a", "b", "(", ")", "|", "*", "+", "?", "{2}", "{1,", "}", "[", "]", "^", "$", "\\", "\\d", "\\p{L}",

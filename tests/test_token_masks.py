@@ -404,3 +404,18 @@ def test_wide_class_kept_as_a_rule_masks_match_brute_force_on_real_vocab(real_vo
             assert m.accept_token(int(best))
             pos += len(tb[best])
         assert (pos == len(data) and m.is_accepting()) == ok, text
+
+
+def test_children_with_bytes_by_search_and_by_filter_agree():
+    """``TokenTrie.children_with_bytes`` binary-searches each (node, byte) pair or filters all the
+    children, whichever is cheaper: both give the same sorted children."""
+    from halter.grammar.trie import TokenTrie
+    vocab = synthetic_vocab()
+    trie = TokenTrie(vocab.token_bytes, np.ones(vocab.size, dtype=bool))
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        nodes = np.unique(rng.integers(0, trie.n_nodes, size=int(rng.integers(1, 200))))
+        wanted = np.unique(rng.integers(0, 256, size=int(rng.integers(1, 120))))
+        expected = sorted(k for k in range(trie.n_nodes)
+                          if trie.parent[k] in set(nodes.tolist()) and trie.byte[k] in set(wanted.tolist()))
+        assert trie.children_with_bytes(nodes, wanted).tolist() == expected

@@ -23,7 +23,7 @@ from halter.grammar.split_rules import split_repeats
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
-AUTOMATON_VERSION = "13"
+AUTOMATON_VERSION = "14"
 
 
 @dataclass

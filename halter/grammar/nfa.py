@@ -1,7 +1,7 @@
 """Syntax tree -> one NFA per rule over bytes, rule calls and token references.
 
 Character classes become UTF-8 byte-range paths (``utf8.py``); repetitions are unrolled, or call an
-auxiliary rule when unrolling would be large; small non-recursive rules are expanded in place of
+auxiliary rule when unrolling would be large (``repeats.py``); small non-recursive rules are expanded in place of
 their calls. ``automaton.py`` determinizes and minimizes the result.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ import sys
 
 from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
                                 MAX_CODE_POINT, rule_refs)
+from halter.grammar.repeats import emit_repeat
 from halter.grammar.utf8 import utf8_sequences_cached
 
 EPS, BYTES, CALL, TOKEN = 0, 1, 2, 3
-MAX_INLINE_REPEAT_STATES = 4000  # bigger repetitions call an auxiliary rule instead of unrolling
 INLINE_MAX_STATES = 400          # non-recursive rules this small are expanded where they are used
 INLINE_ONCE_MAX_STATES = 4000    # ... and bigger ones too when they are used only once
 INLINE_TINY_STATES = 24          # rules this small are expanded even when they call big leaf rules
@@ -66,6 +66,10 @@ class NfaBuilder:
         self.token_index: dict[TokenRef, int] = {}
         self._size_cache: dict[int, int] = {}
         self.inline: set[str] = set()
+        self._emitted: dict[int, int] = {}        # id of expression -> NFA states emitting it makes
+        self._emitted_keep: list[Expr] = []       # (the expressions those ids belong to)
+        self._split: dict[int, tuple[Expr, Expr]] = {}    # id of a repeat body -> (body, split body)
+        self._aux: dict[int, tuple[Expr, RuleRef]] = {}   # id of a repeat body -> (body, the rule calling it)
 
     def rule_id(self, name: str) -> int:
         if name not in self.index:
@@ -366,32 +370,7 @@ class NfaBuilder:
             raise TypeError(f"unknown grammar expression {expr!r}")
 
     def emit_repeat(self, nfa: Nfa, rep: Repeat, s: int, e: int, rule: str) -> None:
-        inner = rep.expr
-        copies = max(rep.min, rep.max if rep.max is not None else rep.min + 1)
-        if copies > 2 and self.size(inner) * copies > MAX_INLINE_REPEAT_STATES \
-                and not isinstance(inner, RuleRef):
-            aux = f"{rule}--repeat-{len(self.rules)}"
-            self.rules[aux] = inner
-            inner = RuleRef(aux)
-        cur = s
-        for _ in range(rep.min):
-            nxt = nfa.new()
-            self.emit(nfa, inner, cur, nxt, rule)
-            cur = nxt
-        if rep.max is None:
-            loop = nfa.new()
-            nfa.add(cur, EPS, None, loop)
-            body_end = nfa.new()
-            self.emit(nfa, inner, loop, body_end, rule)
-            nfa.add(body_end, EPS, None, loop)
-            nfa.add(loop, EPS, None, e)
-        else:
-            for _ in range(rep.max - rep.min):
-                nfa.add(cur, EPS, None, e)
-                nxt = nfa.new()
-                self.emit(nfa, inner, cur, nxt, rule)
-                cur = nxt
-            nfa.add(cur, EPS, None, e)
+        emit_repeat(self, nfa, rep, s, e, rule)
 
 
 def _recursive_rules(refs: dict[str, list[str]]) -> set[str]:
@@ -403,6 +382,7 @@ def _recursive_rules(refs: dict[str, list[str]]) -> set[str]:
     comp_stack: list[str] = []
     out: set[str] = set()
     counter = 0
+    succs: dict[str, list[str]] = {}
     for start in refs:
         if start in index:
             continue
@@ -414,7 +394,9 @@ def _recursive_rules(refs: dict[str, list[str]]) -> set[str]:
                 counter += 1
                 comp_stack.append(v)
                 on_stack.add(v)
-            succ = [w for w in refs.get(v, ()) if w in refs]
+            succ = succs.get(v)
+            if succ is None:        # once per rule (a rule may call ``ws`` thousands of times)
+                succ = succs[v] = [w for w in dict.fromkeys(refs.get(v, ())) if w in refs]
             if i < len(succ):
                 work.append((v, i + 1))
                 w = succ[i]

@@ -38,7 +38,7 @@ import numpy as np
 
 from halter.grammar.trie_walk import walk_subtrees
 from halter.grammar.narrow_walk import NarrowWalker
-from halter.grammar.parser_state import ESCAPES, Node
+from halter.grammar.parser_state import ESCAPES, OPAQUE_ID, Node
 
 if TYPE_CHECKING:
     from halter.grammar.compiled import CompiledGrammar
@@ -120,8 +120,9 @@ class MaskAssembler:
         else:
             out = zeros.copy()
         ctx_returns = self.space.ctx_returns
+        covered = self._covered(scan) if len(scan) > 1 else ()
         for d, ctx in scan:
-            if len(esc_of[d]) and ctx_returns[ctx]:
+            if len(esc_of[d]) and ctx_returns[ctx] and (d, ctx) not in covered:
                 bits = self._escape_bits(d, ctx)
                 if bits is not zeros:
                     np.bitwise_or(out, bits, out=out)
@@ -130,6 +131,72 @@ class MaskAssembler:
                 np.bitwise_or(out, cg.token_ref_bits[k], out=out)
         if node.accepting:
             np.bitwise_or(out, cg.eog_bits, out=out)
+        return out
+
+    def _covered(self, scan: tuple) -> set:
+        """Items of ``scan`` whose escapes add nothing: those the closure of another item ``(d, c)``
+        put there. Such an item is ``(x, co)`` of ``d``'s opaque node with ``c`` substituted for the
+        unknown caller; the walk that built ``d``'s tables went through it (its tokens are in
+        ``acc[d]``, and where it leads out of ``d``'s rule is in ``d``'s escapes), so the escapes of
+        ``(d, c)`` bring all it would. (A bounded repeat whose body is called as a rule makes one
+        such item per count: ``repeats.py``.) Only contexts already made are looked up."""
+        at = dict(scan)                      # position -> its item's context (one item per position)
+        opaque = self.space._opaque_nodes
+        by: dict = {}                        # position -> [(covering item, the context it gives), ...]
+        for d, c in scan:
+            o = opaque.get(d)
+            if o is None:
+                continue
+            for x, co in o.scan:
+                if x != d and x in at:
+                    sub = self._subst_returns(co, c)
+                    if sub is not None:
+                        by.setdefault(x, []).append((d, sub))
+        # an item merges the contexts of every item whose closure reached its position: it is covered
+        # when each of its returns comes from one of them that is itself computed in full. Decided
+        # in rounds from the items nothing covers; items left undecided (covering each other in a
+        # cycle) are computed.
+        returns, flags = self.space.ctx_returns, self.space.ctx_flags
+        out: set = set()
+        kept = {d for d, _ in scan if d not in by}
+        undecided = set(by)
+        while undecided:
+            progress = False
+            for x in list(undecided):
+                have = set()
+                for d, sub in by[x]:
+                    if d in kept:
+                        have.update(sub)
+                if have and have.issuperset(returns[at[x]]) and not flags[at[x]] & ESCAPES:
+                    out.add((x, at[x]))
+                    undecided.discard(x)
+                    progress = True
+                elif all(d in kept or (d, at[d]) in out for d, _ in by[x]):
+                    kept.add(x)                      # everything that could cover it is decided
+                    undecided.discard(x)
+                    progress = True
+            if not progress:
+                break
+        return out
+
+    def _subst_returns(self, co: int, c: int):
+        """The returns ``co`` (a context of an opaque node) has with ``c`` for its unknown caller,
+        made of contexts that exist already; None where one does not."""
+        returns, flags = self.space.ctx_returns, self.space.ctx_flags
+        if co == OPAQUE_ID:
+            return returns[c]
+        memo = self.space._subst_memo
+        out = []
+        for after, c2 in returns[co]:
+            if c2 == OPAQUE_ID:
+                out.append((after, c))
+            else:
+                sub = c2 if c == OPAQUE_ID else memo.get((c2, c))
+                if sub is None:
+                    return None
+                out.append((after, sub))
+        if flags[co] & ESCAPES:
+            out.extend(returns[c])
         return out
 
     # -- escapes -----------------------------------------------------------------------------
@@ -219,7 +286,10 @@ class MaskAssembler:
         self._in_progress_nodes.add(key)
         try:
             parts, escs = [], ({n_id} if start.escaped else set())
+            covered = self._covered(start.scan) if len(start.scan) > 1 else ()
             for d2, c2 in start.scan:
+                if (d2, c2) in covered:
+                    continue
                 inside, n2_id = self._walk(n_id, d2)
                 parts.append(inside)
                 if n2_id >= 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from halter.grammar.parser_state import Node, StateSpace
+from halter.grammar.parser_state import OPAQUE_ID, Node, StateSpace
 from halter.grammar.trie_walk import sorted_unique
 
 
@@ -64,6 +64,22 @@ class TransitionTable:
                 row[self._position_dead(scan[0][0])] = 0
             else:
                 row[np.logical_and.reduce([self._position_dead(d) for d, _ in scan])] = 0
+                self._single_with_calls(node)
+
+    def _single_with_calls(self, node: Node) -> None:
+        """Let walks step a position's opaque node that holds more than the position's own item
+        (what the position calls: a bounded repeat's body called per count, ``repeats.py``) by
+        position, like a one-item node: on a class only the position's item reads, the next state is
+        the next position's opaque node (the called items read nothing there and drop out). The
+        classes other items read are marked -2 in the position's ``next_positions`` row (stepped
+        the ordinary way); a row is only read for the states whose ``single_pos`` it is."""
+        own = [d for d, c in node.scan if c == OPAQUE_ID]
+        if len(own) != 1 or self.space._opaque_nodes.get(own[0]) is not node:
+            return
+        d = own[0]
+        others = np.logical_or.reduce([~self._position_dead(x) for x, _ in node.scan if x != d])
+        self.next_positions()[d, others] = -2
+        self.single_pos[node.id] = d
 
     def _position_dead(self, d: int) -> np.ndarray:
         dead = self._dead.get(d)
@@ -92,6 +108,9 @@ class TransitionTable:
             single = pos >= 0
             if single.any():
                 target = self.next_positions()[pos[single], uc[single]]      # -1: a dead class
+                if (target == -2).any():          # another item reads the class: stepped below
+                    single[np.flatnonzero(single)[target == -2]] = False
+                    target = target[target != -2]
                 live = target >= 0
                 ids = self.opaque_ids[target[live]]
                 for t in sorted_unique(target[live][ids < 0]).tolist():

@@ -127,9 +127,18 @@ class TokenTrie:
         Nodes are numbered level by level with siblings in byte order, so ``(parent, byte)`` is sorted
         over all nodes and each wanted child is one binary search away.
         """
+        bv = np.asarray(byte_values, dtype=np.int64)
+        nodes = np.asarray(nodes, dtype=np.int64)
+        n_kids = int((self.child_hi[nodes] - self.child_lo[nodes]).sum())
+        if n_kids <= 8 * len(nodes) * len(bv):
+            # fewer children than binary searches would cost: take them all, keep the wanted bytes
+            kids = self.children_of(nodes)
+            wanted = np.zeros(256, dtype=bool)
+            wanted[bv] = True
+            kids = kids[wanted[self.byte[kids]]]
+            return kids if (kids[1:] > kids[:-1]).all() else np.sort(kids)
         if not hasattr(self, "_parent_byte"):
             self._parent_byte = (self.parent + 1) * 256 + self.byte
-        bv = np.asarray(byte_values, dtype=np.int64)
         want = ((np.asarray(nodes, dtype=np.int64) + 1) * 256)[:, None] + bv[None, :]
         want = want.ravel()
         at = np.searchsorted(self._parent_byte, want)

@@ -43,7 +43,8 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
 
     A transition not in ``table`` from a state that is one position with an unknown caller
     (``single_pos``) leads to the next position's opaque node: filled in here when that node
-    exists (``opaque_ids``), set aside otherwise.
+    exists (``opaque_ids``), set aside otherwise (and where ``next_pos`` says -2: another item of
+    the state reads that class, see ``TransitionTable.register``).
     """
     n_pend = 0
     sp = 0                   # a queue, not a stack: trie nodes are numbered level by level, so a
@@ -73,9 +74,9 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
                 nxt = table[s, cls]
                 if nxt < 0 and single_pos[s] >= 0:
                     t = next_pos[single_pos[s], cls]
-                    if t < 0:
+                    if t == -1:
                         nxt = 0
-                    elif opaque_ids[t] >= 0:
+                    elif t >= 0 and opaque_ids[t] >= 0:
                         nxt = opaque_ids[t]
                     if nxt >= 0:
                         table[s, cls] = nxt
