@@ -2,9 +2,11 @@
 
 Each measurement runs in a fresh child process (so load time and peak memory are its own):
 load seconds, prompt tokens/s (one ``--prompt``-token prompt), decode tokens/s at batch 1 (greedy,
-``--decode`` tokens) and at batch 8 (``--batch`` sequences of ``--decode`` tokens, tokens of all
-rows per second), and the peak resident set (``ru_maxrss``) with the part added by loading and
-running (peak minus the resident set after the imports). Engines are interleaved within each
+``--decode`` tokens; halter selects with greedy alone, ``samplers=""``, the argmax the llama.cpp
+child does) and at batch 8 (``--batch`` sequences of ``--decode`` tokens, tokens of all rows per
+second), the resident set added by loading (RSS after the load minus RSS after the imports,
+compared with the file's tensor bytes), and the peak resident set (``ru_maxrss``) with the part
+added by loading and running (peak minus the resident set after the imports). Engines are interleaved within each
 repeat, medians of ``--repeats``; ratios are halter / peer.
 
 Peers: ``llama.cpp`` through llama-cpp-python (``--llama-python``, a venv's python; batch 8 with
@@ -28,7 +30,7 @@ import time
 
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(HERE))
-METRICS = ("load_s", "prompt_tps", "decode_tps", "batch_tps", "peak_rss_mb", "added_rss_mb")
+METRICS = ("load_s", "prompt_tps", "decode_tps", "batch_tps", "peak_rss_mb", "added_rss_mb", "load_rss_mb")
 
 
 def _rss_mb() -> float:
@@ -54,6 +56,7 @@ def child_halter(a: dict) -> dict:
     m = Model.load(a["model"], device="cpu", n_ctx=a["prompt"] + a["decode"] + 8, n_seq_max=a["batch"],
                    progress=False, n_threads=a["threads"], weights=a.get("weights", "packed"))
     load = time.perf_counter() - t
+    load_rss = _rss_mb() - base
     ids = _prompt_ids(a["prompt"], m.n_vocab)
     m.cache.clear()
     m.eval_prompt(ids[:16], 0)                        # warm-up
@@ -61,14 +64,16 @@ def child_halter(a: dict) -> dict:
     t = time.perf_counter()
     m.eval_prompt(ids, 0)
     prompt_s = time.perf_counter() - t
-    r = m.generate(ids[:32], max_tokens=a["decode"], temperature=0.0, ignore_eos=True)
+    # greedy selection alone (samplers=""), the argmax the llama.cpp child does; the default chain's
+    # top-k over the vocabulary costs more (bench/engine_profile.py shows it)
+    greedy = {"temperature": 0.0, "ignore_eos": True, "samplers": ""}
+    r = m.generate(ids[:32], max_tokens=a["decode"], **greedy)
     decode_tps = len(r.tokens) / (r.timings.decode_ms / 1e3)
-    reqs = [Request(ids[i:i + 32], max_tokens=a["decode"], sampling_fields={"temperature": 0.0, "ignore_eos": True})
-            for i in range(a["batch"])]
+    reqs = [Request(ids[i:i + 32], max_tokens=a["decode"], sampling_fields=greedy) for i in range(a["batch"])]
     res = m.generate_batch(reqs)
     batch_tps = sum(len(x.tokens) for x in res) / (max(x.timings.decode_ms for x in res) / 1e3)
     return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=decode_tps, batch_tps=batch_tps,
-                base_mb=base, threads=torch.get_num_threads())
+                base_mb=base, load_rss_mb=load_rss, threads=torch.get_num_threads())
 
 
 def child_llama(a: dict) -> dict:
@@ -79,6 +84,7 @@ def child_llama(a: dict) -> dict:
     llm = Llama(model_path=a["model"], n_ctx=(a["prompt"] + a["decode"] + 8) * a["batch"], n_batch=512,
                 n_threads=a["threads"], n_threads_batch=a["threads"], verbose=False)
     load = time.perf_counter() - t
+    load_rss = _rss_mb() - base
     ids = _prompt_ids(a["prompt"], llm.n_vocab())
     llm.eval(ids[:16])
     llm.reset()
@@ -98,7 +104,7 @@ def child_llama(a: dict) -> dict:
         print(f"llama.cpp batch decode: {type(exc).__name__}: {exc}", file=sys.stderr)
         batch_tps = None
     return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=decode_tps, batch_tps=batch_tps,
-                base_mb=base)
+                base_mb=base, load_rss_mb=load_rss)
 
 
 def _llama_batch(llm, llama_cpp, ids: list[int], a: dict) -> float:
@@ -148,6 +154,7 @@ def child_transformers(a: dict) -> dict:
     hf = AutoModelForCausalLM.from_pretrained(os.path.dirname(a["model"]), gguf_file=os.path.basename(a["model"]),
                                               dtype=torch.float32).eval()
     load = time.perf_counter() - t
+    load_rss = _rss_mb() - base
     ids = _prompt_ids(a["prompt"], hf.config.vocab_size)
     x = torch.tensor([ids])
     with torch.no_grad():
@@ -166,7 +173,7 @@ def child_transformers(a: dict) -> dict:
         one = gen(x[:, :32])
         many = gen(torch.tensor([ids[i:i + 32] for i in range(a["batch"])]))
     return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=(a["decode"] - 1) / one,
-                batch_tps=a["batch"] * (a["decode"] - 1) / many, base_mb=base)
+                batch_tps=a["batch"] * (a["decode"] - 1) / many, base_mb=base, load_rss_mb=load_rss)
 
 
 def child_vllm(a: dict) -> dict:
@@ -178,6 +185,7 @@ def child_vllm(a: dict) -> dict:
     llm = LLM(model=a["model"], max_model_len=a["prompt"] + a["decode"] + 8, enforce_eager=True,
               max_num_seqs=a["batch"])
     load = time.perf_counter() - t
+    load_rss = _rss_mb() - base
     ids = _prompt_ids(a["prompt"], 30000)
     sp1 = SamplingParams(max_tokens=1, temperature=0.0)
     t = time.perf_counter()
@@ -194,7 +202,15 @@ def child_vllm(a: dict) -> dict:
     one = run([ids[:32]])
     many = run([ids[i:i + 32] for i in range(a["batch"])])
     return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=(a["decode"] - 1) / one,
-                batch_tps=a["batch"] * (a["decode"] - 1) / many, base_mb=base)
+                batch_tps=a["batch"] * (a["decode"] - 1) / many, base_mb=base, load_rss_mb=load_rss)
+
+
+def tensor_mib(path: str) -> float:
+    """MiB of the file's tensor data (what the weights take on disk)."""
+    sys.path.insert(0, ROOT)
+    from halter.engine.gguf_loader import read_layout
+    _, infos = read_layout(path)
+    return sum(i.n_bytes or 0 for i in infos.values()) / 2**20
 
 
 CHILDREN = {"halter": child_halter, "llama.cpp": child_llama, "transformers": child_transformers,
@@ -243,56 +259,72 @@ def compare(args, out) -> dict:
                     continue
                 runs[e].append(run_child(e, pythons[e], a, args.timeout))
                 print(f"  {os.path.basename(model)} {e}: {json.dumps(runs[e][-1])}", file=sys.stderr, flush=True)
-        file_mb = os.path.getsize(model) / 2**20
-        out(f"\n### {os.path.basename(model)} ({file_mb:.0f} MiB), {args.threads} threads, prompt "
-            f"{args.prompt}, decode {args.decode}, batch {args.batch}, medians of {args.repeats}")
+        file_mb, tensors_mb = os.path.getsize(model) / 2**20, tensor_mib(model)
+        out(f"\n### {os.path.basename(model)} ({file_mb:.0f} MiB, {tensors_mb:.1f} MiB of tensors), {args.threads} "
+            f"threads, prompt {args.prompt}, decode {args.decode}, batch {args.batch}, medians of {args.repeats}")
         out("| engine | load s | prompt tok/s | decode tok/s (batch 1) | decode tok/s (batch "
-            f"{args.batch}) | peak RSS MiB | RSS added MiB (x file) |")
-        out("|---|---:|---:|---:|---:|---:|---:|")
+            f"{args.batch}) | RSS added by loading MiB (x tensors) | peak RSS MiB | peak RSS added MiB |")
+        out("|---|---:|---:|---:|---:|---:|---:|---:|")
         med: dict = {}
         for e, rs in runs.items():
             ok = [r for r in rs if "error" not in r]
             if not ok:
-                out(f"| {e} | failed: {rs[-1]['error'] if rs else 'not run'} ||||||")
+                out(f"| {e} | failed: {rs[-1]['error'] if rs else 'not run'} |||||||")
                 continue
             med[e] = {k: statistics.median([r[k] for r in ok if r.get(k) is not None] or [float("nan")])
                       for k in METRICS}
             m = med[e]
+            m["tensors_mb"] = tensors_mb
             out(f"| {e} | {m['load_s']:.2f} | {m['prompt_tps']:.0f} | {m['decode_tps']:.1f} | "
-                f"{m['batch_tps']:.1f} | {m['peak_rss_mb']:.0f} | {m['added_rss_mb']:.0f} "
-                f"({m['added_rss_mb'] / file_mb:.2f}) |")
+                f"{m['batch_tps']:.1f} | {m['load_rss_mb']:.0f} ({m['load_rss_mb'] / tensors_mb:.2f}) | "
+                f"{m['peak_rss_mb']:.0f} | {m['added_rss_mb']:.0f} |")
         if "halter" in med:
             for e in med:
                 if e != "halter":
                     h, p = med["halter"], med[e]
                     out(f"halter / {e}: load {h['load_s'] / p['load_s']:.2f}x time, prompt "
                         f"{h['prompt_tps'] / p['prompt_tps']:.2f}x, decode {h['decode_tps'] / p['decode_tps']:.2f}x, "
-                        f"batch {h['batch_tps'] / p['batch_tps']:.2f}x")
+                        f"batch {h['batch_tps'] / p['batch_tps']:.2f}x, RSS added by loading "
+                        f"{h['load_rss_mb'] / p['load_rss_mb']:.2f}x")
         table[os.path.basename(model)] = med
     return table
 
 
 def plot(table: dict, path: str) -> None:
+    """halter / peer ratios per model and quantity (peer: llama.cpp when measured), halter's RSS
+    added by loading against the file's tensor bytes, and the targets; the table goes to a .json
+    beside the PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    keys = [("prompt_tps", "prompt tok/s"), ("decode_tps", "decode tok/s, batch 1"),
-            ("batch_tps", "decode tok/s, batch 8")]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6))
-    models = list(table)
-    engines = sorted({e for m in table.values() for e in m})
-    for ax, (k, title) in zip(axes, keys):
-        width = 0.8 / max(1, len(engines))
-        for j, e in enumerate(engines):
-            vals = [table[m].get(e, {}).get(k, 0) or 0 for m in models]
-            ax.bar([i + j * width for i in range(len(models))], vals, width, label=e)
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(models))])
-        ax.set_xticklabels([m.split(".")[0][:18] for m in models], fontsize=7)
-        ax.set_title(title, fontsize=9)
-    axes[0].legend(fontsize=7)
+    keys = [("load_s", "load time", 2.0), ("prompt_tps", "prompt tok/s", 0.5),
+            ("decode_tps", "decode tok/s, batch 1", 1.0), ("batch_tps", "decode tok/s, batch 8", None),
+            ("rss_x_tensors", "halter's RSS added by loading\n/ the file's tensor bytes", 1.25)]
+    models = [m for m in table if "halter" in table[m] and len(table[m]) > 1]
+    fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 3.8), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        peer = "llama.cpp" if "llama.cpp" in table[m] else next(e for e in table[m] if e != "halter")
+        h, p = table[m]["halter"], table[m][peer]
+        ratios = [h["load_rss_mb"] / h["tensors_mb"] if k == "rss_x_tensors" else h[k] / p[k] for k, _, _ in keys]
+        xs = range(len(keys))
+        lower_better = {"load_s", "rss_x_tensors"}
+        colors = ["tab:gray" if t is None else "tab:green" if (r <= t if k in lower_better else r >= t)
+                  else "tab:red" for (k, _, t), r in zip(keys, ratios)]
+        ax.bar(xs, ratios, color=colors)
+        for x, (_, _, target), r in zip(xs, keys, ratios):
+            ax.text(x, r, f"{r:.2f}", ha="center", va="bottom", fontsize=7)
+            if target is not None:
+                ax.plot([x - 0.4, x + 0.4], [target, target], color="black", lw=1.2)
+        ax.axhline(1.0, color="gray", lw=0.6, ls="--")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([label for _, label, _ in keys], rotation=25, ha="right", fontsize=7)
+        ax.set_title(f"{m.split('.gguf')[0][:28]}: halter / {peer}", fontsize=8)
+    axes[0][0].set_ylabel("ratio (black: target; green met, red missed)", fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=110)
+    with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        json.dump(table, f, indent=1)
 
 
 if __name__ == "__main__":

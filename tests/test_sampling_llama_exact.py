@@ -9,7 +9,7 @@ import pytest
 from halter.sampling import (Candidates, Dist, Dry, LogitBias, MinP, Mirostat, SamplerChain, SamplingParams,
                              TempExt, TopNSigma, TopP)
 from halter.sampling.cmath import HAVE_GLIBC, expf, sum_f32
-from halter.sampling.llama_sort import sort_order, std_sort
+from halter.sampling.llama_sort import partial_sort, sort_order, std_sort
 
 
 def cand(logits, ids=None, sorted_=False):
@@ -133,6 +133,18 @@ def test_sort_order_is_a_descending_order_of_the_top_k(n, k):
     o = sort_order(x, k)
     assert len(set(o.tolist())) == k
     assert np.array_equal(x[o], np.sort(x)[::-1][:k])
+
+
+@pytest.mark.parametrize("n,k", [(60, 7), (3000, 40), (20000, 128)])
+def test_top_k_with_ties_is_libstdcxx_partial_sort(n, k):
+    # logits rounded to bfloat16 (as the packed engine's int4 products return them) tie often;
+    # the heap select that orders ties must leave what std::partial_sort over every entry leaves
+    rng = np.random.default_rng(k)
+    x = rng.normal(0, 3, n).astype(np.float32)
+    x = (x.view(np.uint32) & 0xFFFF0000).view(np.float32)
+    a = list(zip((-x.astype(np.float64)).tolist(), range(n)))
+    partial_sort(a, 0, k, n, lambda p, q: p[0] < q[0])
+    assert sort_order(x, k).tolist() == [i for _, i in a[:k]]
 
 
 def test_top_p_and_mirostat_run_on_all_equal_logits():

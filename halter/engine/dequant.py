@@ -27,7 +27,9 @@ _CHUNK_BLOCKS = 1 << 20
 
 def _f16(b: torch.Tensor) -> torch.Tensor:
     """Two uint8 columns -> float32 [n, 1] (little-endian IEEE half)."""
-    return b.contiguous().view(torch.float16).float()
+    if b.stride(0) % 2 or b.storage_offset() % 2:
+        b = b.contiguous()
+    return b.view(torch.float16).float()           # a strided view: no copy of the columns
 
 
 def _u32(b: torch.Tensor) -> torch.Tensor:

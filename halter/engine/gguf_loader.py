@@ -23,7 +23,7 @@ import torch
 
 from halter.engine.config import ModelConfig
 from halter.engine.dequant import GGML_TYPES, dequantize, type_name
-from halter.engine.quant_tensor import QuantTensor, release_pages
+from halter.engine.quant_tensor import QuantTensor
 from halter.errors import ModelLoadError
 from halter.limits import LIMITS
 
@@ -34,8 +34,6 @@ Progress = Union[bool, Callable[[int, int, str], None]]
 _TOKENIZER_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
                    "tokenizer.ggml.merges", "tokenizer.huggingface.json", "tokenizer.chat_template")
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
-_STRING, _ARRAY = 8, 9
-_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 
 
 @dataclass(frozen=True)
@@ -53,8 +51,8 @@ def read_layout(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
     """(metadata, tensor infos) of a GGUF file, without decoding the tokenizer's arrays.
 
     Metadata comes from ``halter.gguf.metadata.read_gguf_metadata`` (the tokenizer's
-    arrays skipped); the tensor-info section is read here, after stepping over the key/value
-    section. ``gguf.GGUFReader`` is not used: it decodes every array element in Python (seconds
+    arrays skipped), which also says where the key/value section ends; the tensor-info section
+    is read here. ``gguf.GGUFReader`` is not used: it decodes every array element in Python (seconds
     for a 100k-token vocabulary). Problems are ``ModelLoadError``s naming the file and the field.
     """
     from halter.gguf.metadata import read_gguf_metadata
@@ -72,47 +70,19 @@ def read_layout(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
         raise ModelLoadError(f"alignment must be a power of two up to 2**20, not {alignment!r}", path=path,
                              field="general.alignment")
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        return meta, _tensor_infos(buf, len(buf), path, alignment)
+        return meta, _tensor_infos(buf, len(buf), path, alignment, meta.end)
 
 
-def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int) -> dict[str, TensorInfo]:
+def _tensor_infos(buf: mmap.mmap, size: int, path: Any, alignment: int, pos: int) -> dict[str, TensorInfo]:
+    """The tensor-info section, which starts at ``pos`` (the end of the key/value section)."""
     field = "header"
 
     def need(pos: int, n: int) -> None:
         if pos + n > size:
             raise ModelLoadError("file is truncated", path=path, field=field)
 
-    def skip_value(pos: int, vtype: int, depth: int = 0) -> int:
-        if depth >= LIMITS.gguf_metadata_depth:      # (the metadata reader said so first)
-            raise ModelLoadError("metadata arrays nested too deep", path=path, field=field)
-        if vtype == _STRING:
-            need(pos, 8)
-            return pos + 8 + _U64.unpack_from(buf, pos)[0]
-        if vtype in _SCALAR_SIZES:
-            return pos + _SCALAR_SIZES[vtype]
-        if vtype != _ARRAY:
-            raise ModelLoadError(f"unknown GGUF value type {vtype}", path=path, field=field)
-        need(pos, 12)
-        etype, count = struct.unpack_from("<IQ", buf, pos)
-        pos += 12
-        if etype in _SCALAR_SIZES:
-            return pos + _SCALAR_SIZES[etype] * count
-        for _ in range(count):
-            pos = skip_value(pos, etype, depth + 1)
-            if pos > size:
-                need(pos, 0)
-        return pos
-
     need(0, 24)
-    n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
-    pos = 24
-    for _ in range(n_kv):                                # step over the key/value section
-        need(pos, 8)
-        key_end = pos + 8 + _U64.unpack_from(buf, pos)[0]
-        need(key_end, 4)
-        field = bytes(buf[pos + 8:key_end]).decode("utf-8", errors="replace")
-        pos = skip_value(key_end + 4, _U32.unpack_from(buf, key_end)[0])
-        need(pos, 0)
+    n_tensors = _U64.unpack_from(buf, 8)[0]
     if n_tensors * 24 > size - pos:                 # a tensor info needs at least 24 bytes
         raise ModelLoadError(f"header claims {n_tensors} tensors, more than the file holds", path=path,
                              field="header")
@@ -175,10 +145,7 @@ def _quant_view(path: Any, info: TensorInfo, device: torch.device) -> QuantTenso
     q = QuantTensor.from_file(os.fspath(path), info.offset, info.type, info.shape)  # type: ignore[arg-type]
     if not q.scales_finite():
         raise ModelLoadError("tensor contains NaN or infinite scales", path=path, field=info.name)
-    if device.type == "cpu":
-        release_pages(q)
-        return q
-    return q.to(device)
+    return q if device.type == "cpu" else q.to(device)
 
 
 def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch.device,

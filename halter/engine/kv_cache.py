@@ -11,10 +11,24 @@ embedding, so no token is ever recomputed.
 """
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import torch
 
 from halter.engine.rope import Rope
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zero tensor; on the CPU an anonymous memory map, so its pages become resident only when
+    written (pages only read are the kernel's shared zero page). Not ``calloc`` through numpy:
+    numpy advises huge pages for large arrays, and one written cell would commit 2 MiB."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    n_bytes = max(1, int(np.prod(shape)) * itemsize)
+    raw = np.frombuffer(mmap.mmap(-1, n_bytes), dtype=np.uint8)     # the array keeps the map alive
+    return torch.from_numpy(raw).view(dtype).view(shape)
 
 
 class KVCache:
@@ -23,8 +37,7 @@ class KVCache:
     def __init__(self, *, n_layer: int, n_seq: int, n_ctx: int, n_head_kv: int, head_dim: int,
                  rope: Rope, dtype: torch.dtype, device: torch.device | str) -> None:
         shape = (n_layer, n_seq, n_head_kv, n_ctx, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k, self.v = _zeros(shape, dtype, device), _zeros(shape, dtype, device)
         self.pos = torch.full((n_seq, n_ctx), -1, dtype=torch.long, device=device)
         self.pos_host = np.full((n_seq, n_ctx), -1, dtype=np.int64)   # mirror, never read back
         self.used = np.zeros(n_seq, dtype=np.int64)

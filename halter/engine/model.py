@@ -21,7 +21,7 @@ from halter.engine.config import ModelConfig
 from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
 from halter.engine.qlinear import QEmbedding, QLinear
-from halter.engine.quant_tensor import QuantTensor
+from halter.engine.quant_tensor import QuantTensor, release_pages
 from halter.engine.rope import Rope, rope_for
 from halter.engine.static_decode import StaticDecoder, resolve_mode
 from halter.engine.transformer import Transformer
@@ -138,8 +138,15 @@ def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
     Returns what is left of ``sd`` for ``load_state_dict``.
     """
     rest = dict(sd)
+    for i, layer in enumerate(net.layers):       # gate and up of one type: one product, one kernel call
+        w1, w3 = sd.get(f"layers.{i}.feed_forward.w1.weight"), sd.get(f"layers.{i}.feed_forward.w3.weight")
+        if isinstance(w1, QuantTensor) and isinstance(w3, QuantTensor) and w1.ggml_type == w3.ggml_type:
+            ff = layer.feed_forward
+            ff.w13 = QLinear([w1, w3], None, dtype=dtype, device=device)
+            ff.w1 = ff.w3 = None
+            del rest[f"layers.{i}.feed_forward.w1.weight"], rest[f"layers.{i}.feed_forward.w3.weight"]
     for key, value in sd.items():
-        if not (isinstance(value, QuantTensor) or isinstance(value, list)):
+        if not (isinstance(value, QuantTensor) or isinstance(value, list)) or key not in rest:
             continue
         path = key[:-len(".weight")]
         parent_path, _, attr = path.rpartition(".")
@@ -152,7 +159,21 @@ def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
             bias = rest.pop(path + ".bias", None)
             new = QLinear(value if isinstance(value, list) else [value], bias, dtype=dtype, device=device)
         setattr(parent, attr, new)
+    for value in sd.values():        # file pages read while packing: only lookups come back
+        for q in value if isinstance(value, list) else [value]:
+            if isinstance(q, QuantTensor):
+                release_pages(q)
     return rest
+
+
+def _trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim``): the packing's
+    temporaries would otherwise stay in the resident set after loading."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):      # not glibc
+        pass
 
 
 class Model:
@@ -223,6 +244,8 @@ class Model:
                         dtype=dt, device=dev)
         if net.rope_swa is not None:
             cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
+        if dev.type == "cpu":
+            _trim_heap()
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
     def set_decode(self, mode: str = "auto", *, backend: str | Callable[..., Any] | None = None,
@@ -312,8 +335,11 @@ class Model:
         first = int(seq_ids[0])
         span = (first, first + len(seq_ids)) if list(seq_ids) == list(range(first, first + len(seq_ids))) \
             else None
+        c0 = int(cells[0, 0])
+        same = span is not None and bool((cells == np.arange(c0, c0 + T)[None, :]).all())
         logits = self.net(ids.to(dev), torch.as_tensor(positions, device=dev),
-                          torch.as_tensor(list(seq_ids), device=dev), torch.as_tensor(cells, device=dev),
+                          torch.as_tensor(list(seq_ids), device=dev),
+                          slice(c0, c0 + T) if same else torch.as_tensor(cells, device=dev),
                           self.cache, self.rope, n_attend, last_only=not all_logits, row_span=span)
         return logits if all_logits else logits[:, -1]
 

@@ -1,16 +1,19 @@
 """Linear layers and embeddings whose weights stay quantized in memory.
 
 ``QLinear`` computes ``x @ W.T (+ b)`` for a weight given as ``QuantTensor`` row parts, with one of
-two kernels, picked per device and type (``pick_kernel``):
+three kernels, picked per device and type (``pick_kernel``):
 
-* ``"int4"`` (CPU; Q4_0, Q4_1, Q4_K, Q8_0; on request Q5_0, Q5_1, Q5_K): the weight is rewritten once, at
+* ``"int4"`` (CPU; Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0): the weight is rewritten once, at
   load, as one or two 4-bit terms (``QuantTensor.int4_terms``) packed for
   ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with bfloat16 scales and offsets per group of 32.
   The activations are rounded to bfloat16 for the product and the terms are summed in float32.
   Resident: half a byte per code plus 4 bytes of scale/offset per 32 values and term.
-* ``"dequant"`` (CUDA; and the CPU for Q2_K, Q3_K, Q6_K, whose groups of 16 have no int4
-  kernel, and the 5-bit types): the raw blocks stay as they are in the file; each call dequantizes them into a buffer
-  shared by every layer with the same weight size and multiplies in the compute dtype.
+* ``"bf16"`` (CPU; Q6_K): decoded once, at load, to a bfloat16 matrix (2 bytes a value, 2.4x
+  the file's 6.56 bits): its sub-blocks of 16 values have no exact int4 form of fewer than four
+  terms, and decoding 6-bit blocks at every call costs more than the product.
+* ``"dequant"`` (CUDA; and the CPU for Q2_K, Q3_K, whose 2- and 3-bit codes would grow 5-6x in
+  any other form): the raw blocks stay as they are in the file; each call dequantizes them into a
+  buffer shared by every layer with the same weight size and multiplies in the compute dtype.
 
 ``QEmbedding`` looks rows up in the raw blocks and dequantizes only those rows. Float tensors
 (F32, F16, BF16) never come here: they load as ordinary tensors.
@@ -23,10 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from halter.engine.quant_tensor import INT4_GROUP, QuantTensor
+from halter.engine.quant_tensor import INT4_GROUP, Codes, QuantTensor, release_pages
 
-KERNELS = ("int4", "dequant")
-INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")     # int4 form within 1.25x of the file's bytes
+KERNELS = ("int4", "bf16", "dequant")
+INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K")
+BF16_DEFAULT = ("Q6_K",)
 _PACK_ROWS = 4096                      # rows packed at a time (a multiple of the kernel's tile of 64)
 _scratch: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
@@ -37,15 +41,21 @@ def int4_available() -> bool:
         hasattr(torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
 
 
-def pick_kernel(part: QuantTensor, device: torch.device) -> str:
-    """``"int4"`` on the CPU for Q4_0, Q4_1, Q4_K, Q8_0 (rows a multiple of 16), else ``"dequant"``.
+def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None) -> str:
+    """The CPU kernel of ``part``'s type (``"int4"`` needs rows a multiple of 16), else ``"dequant"``.
 
-    The 5-bit types have an exact int4 form too (``kernel="int4"``), but its second term spends
-    four bits on each one-bit plane: about 1.8x the file's bytes, over the memory budget.
+    On the CPU: ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
+    5-bit types (1.8x: their second term spends four bits on each one-bit plane, the price of an
+    exact form the fast kernel takes); ``"bf16"`` for Q6_K (2.4x); ``"dequant"`` for Q2_K, Q3_K.
     """
-    if device.type == "cpu" and part.type_name in INT4_DEFAULT and part.shape[0] % 16 == 0 \
-            and part.shape[1] % INT4_GROUP == 0 and int4_available():
+    if device.type != "cpu":
+        return "dequant"
+    rows = part.shape[0] if rows is None else rows          # (of the group ``part`` heads)
+    if part.type_name in INT4_DEFAULT and rows % 16 == 0 and part.shape[1] % INT4_GROUP == 0 \
+            and int4_available():
         return "int4"
+    if part.type_name in BF16_DEFAULT:
+        return "bf16"
     return "dequant"
 
 
@@ -58,26 +68,99 @@ def scratch(n_values: int, dtype: torch.dtype, device: torch.device) -> torch.Te
     return buf
 
 
-class _Int4Part(nn.Module):
-    """One row part packed as int4 terms: ``(packed uint8, scales_and_zeros bf16 [K/32, N, 2])``."""
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 codes ``[n, K]`` (0..15) -> the CPU int4 kernel's packed ``uint8 [n, K/2]``.
 
-    def __init__(self, q: QuantTensor) -> None:
+    The layout ``_convert_weight_to_int4pack_for_cpu`` writes (checked by a test), built with
+    byte operations instead of its int32 input: rows in blocks of 64, each stored k-major as
+    32 bytes holding row ``i`` (low nibble) and row ``i + 32`` (high nibble); a last block of
+    fewer rows holds rows ``2i`` and ``2i + 1``.
+    """
+    n, K = codes.shape
+    full = n - n % 64
+    out = []
+    if full:
+        blk = codes[:full].view(full // 64, 2, 32, K)
+        out.append((blk[:, 0] | (blk[:, 1] << 4)).transpose(1, 2).reshape(-1))
+    if full < n:
+        tail = codes[full:].view(-1, 2, K)
+        out.append((tail[:, 0] | (tail[:, 1] << 4)).t().reshape(-1))
+    return (out[0] if len(out) == 1 else torch.cat(out)).view(n, K // 2)
+
+
+_LO4 = 0x0F0F0F0F0F0F0F0F                     # low nibble of each byte of an int64
+_HI4 = 0xF0F0F0F0F0F0F0F0 - (1 << 64)         # high nibble of each byte (as a signed int64)
+_FLIP = 0x8888888888888888 - (1 << 64)         # bit 3 of each nibble
+
+
+def _pack_codes(rows: torch.Tensor, block_bytes: int, c: Codes, out: torch.Tensor) -> None:
+    """``pack_int4`` of the codes ``c`` locates in the raw block rows ``rows``, into ``out``.
+
+    Pairs of rows (``i`` and ``i + 32`` of each 64-row block, ``2i`` and ``2i + 1`` in a last
+    shorter block) are combined straight from the file's bytes, eight bytes at a time (int64
+    lanes): a nibble-packed byte of each row gives the packed bytes of two values, with no code
+    matrix in between. One byte-wise transposition then writes the kernel's k-major order.
+    """
+    n, n_blk = rows.shape[0], rows.shape[1] // block_bytes
+    G, L = c.groups, c.length
+    qs = rows.view(n, n_blk, block_bytes)[:, :, c.off:c.off + G * L].contiguous().view(n, -1)
+    full = n - n % 64
+    segments = []
+    if full:
+        segments.append((qs[:full].view(full // 64, 2, 32, -1), out[:full], 32))
+    if full < n:
+        t = (n - full) // 2
+        segments.append((qs[full:].view(1, t, 2, -1).transpose(1, 2), out[full:], t))
+    for src, dst, R in segments:
+        nb = src.shape[0]
+        a, b = src[:, 0].view(torch.int64), src[:, 1].view(torch.int64)      # [nb, R, bytes / 8]
+
+        def k_major(v: torch.Tensor) -> torch.Tensor:          # [nb, R, ...] bytes -> [nb, ..., R]
+            return v.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
+        if c.kind == "nibbles":
+            d = dst.view(nb, n_blk, G, 2, L, R)
+            d[:, :, :, 0] = k_major((a & _LO4) | ((b << 4) & _HI4))
+            d[:, :, :, 1] = k_major(((a >> 4) & _LO4) | (b & _HI4))
+        elif c.kind == "low":
+            dst.view(nb, n_blk, G, L, R).copy_(k_major((a & _LO4) | ((b << 4) & _HI4)))
+        else:
+            dst.view(nb, n_blk, G, L, R).copy_(k_major((((a >> 4) & _LO4) | (b & _HI4)) ^ _FLIP))
+
+
+class _Int4Part(nn.Module):
+    """Row parts of one type packed as int4 terms: ``(packed uint8, scales_and_zeros bf16 [K/32, N, 2])``.
+
+    Each part is packed into its rows of the result (a fused projection needs no concatenated
+    copy of its blocks), in chunks of whole 64-row blocks.
+    """
+
+    def __init__(self, parts: Sequence[QuantTensor]) -> None:
         super().__init__()
-        N, _ = q.shape
-        chunks: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
-        for start in range(0, N, _PACK_ROWS):
-            chunk = []
-            for codes, scale, zero in q.int4_terms(start, start + _PACK_ROWS):
-                packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
-                sz = torch.stack([scale, zero], dim=-1).to(torch.bfloat16)       # [n, K/32, 2]
-                chunk.append((packed, sz))
-            chunks.append(chunk)
-        self.n_terms = len(chunks[0])
+        N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
+        packed: list[torch.Tensor] = []
+        sz: list[torch.Tensor] = []
+        base = 0
+        for q in parts:
+            for start in range(0, q.shape[0], _PACK_ROWS):
+                end = min(start + _PACK_ROWS, q.shape[0])
+                rows = q.raw[start:end]
+                r0, r1 = base + start, base + end
+                for t, (codes, scale, zero) in enumerate(q.int4_lazy_terms(start, end)):
+                    if t == len(packed):
+                        packed.append(torch.empty((N, K // 2), dtype=torch.uint8))
+                        sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16))
+                    if isinstance(codes, Codes):
+                        _pack_codes(rows, q.block_bytes, codes, packed[t][r0:r1])
+                    else:
+                        packed[t][r0:r1] = pack_int4(codes)
+                    sz[t][:, r0:r1, 0] = scale.t()
+                    sz[t][:, r0:r1, 1] = zero.t()
+                release_pages(q.row_slice(start, end))     # file pages read: not needed again
+            base += q.shape[0]
+        self.n_terms = len(packed)
         for t in range(self.n_terms):
-            packed = torch.cat([c[t][0] for c in chunks])
-            sz = torch.cat([c[t][1] for c in chunks]).transpose(0, 1).contiguous()
-            self.register_buffer(f"packed{t}", packed, persistent=False)
-            self.register_buffer(f"sz{t}", sz, persistent=False)
+            self.register_buffer(f"packed{t}", packed[t], persistent=False)
+            self.register_buffer(f"sz{t}", sz[t], persistent=False)
         self.out_features = N
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
@@ -87,6 +170,23 @@ class _Int4Part(nn.Module):
         if self.n_terms > 1:
             y.add_(mm(xb, self.packed1, INT4_GROUP, self.sz1))
         return y
+
+
+class _Bf16Part(nn.Module):
+    """One row part decoded once to a bfloat16 matrix; products in bfloat16, returned as float32."""
+
+    def __init__(self, q: QuantTensor) -> None:
+        super().__init__()
+        w = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+        for start in range(0, q.shape[0], _PACK_ROWS):
+            part = q.row_slice(start, min(start + _PACK_ROWS, q.shape[0]))
+            w[start:start + part.shape[0]] = part.dequantize(torch.bfloat16)
+            release_pages(part)
+        self.register_buffer("weight", w, persistent=False)
+        self.out_features = q.shape[0]
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        return F.linear(x2.to(torch.bfloat16), self.weight).float()
 
 
 class _DequantPart(nn.Module):
@@ -113,39 +213,53 @@ class QLinear(nn.Module):
         super().__init__()
         if kernel is not None and kernel not in KERNELS:
             raise ValueError(f"kernel {kernel!r} not understood (use one of {KERNELS})")
-        merged = _merge_parts(parts)
-        self.kernels = [kernel or pick_kernel(p, device) for p in merged]
-        self.parts = nn.ModuleList(_Int4Part(p) if k == "int4" else _DequantPart(p.to(device), dtype)
-                                   for p, k in zip(merged, self.kernels))
+        groups = _group_parts(parts)
+        self.kernels = [kernel or pick_kernel(g[0], device, rows=sum(p.shape[0] for p in g)) for g in groups]
+        self.parts = nn.ModuleList(_make_part(g, k, dtype, device) for g, k in zip(groups, self.kernels))
         self.in_features = parts[0].shape[1]
         self.out_features = sum(p.shape[0] for p in parts)
         self.dtype = dtype
         self.register_buffer("bias", None if bias is None else bias.to(device=device, dtype=dtype),
                              persistent=False)
+        # the single part's forward, called directly (no module dispatch per product)
+        self._one = self.parts[0].forward if len(self.parts) == 1 else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, self.in_features)
-        if len(self.parts) == 1:
-            y = self.parts[0](x2).to(self.dtype)
+        if self._one is not None:
+            y = self._one(x2)
+            if y.dtype != self.dtype:
+                y = y.to(self.dtype)
         else:
             y = torch.cat([p(x2).to(self.dtype) for p in self.parts], dim=-1)
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, kernels={self.kernels}"
 
 
-def _merge_parts(parts: Sequence[QuantTensor]) -> list[QuantTensor]:
-    """Consecutive parts of one type are concatenated into one (a fused projection)."""
+def _make_part(group: list[QuantTensor], kernel: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    if kernel == "int4" and all(p.shape[0] % 64 == 0 for p in group[:-1]):
+        return _Int4Part(group)                    # packed part by part into one result
+    q = group[0] if len(group) == 1 else QuantTensor.cat(group)
+    if kernel == "int4":
+        return _Int4Part([q])
+    if kernel == "bf16":
+        return _Bf16Part(q.to(device))
+    return _DequantPart(q.to(device), dtype)
+
+
+def _group_parts(parts: Sequence[QuantTensor]) -> list[list[QuantTensor]]:
+    """Consecutive parts of one type form one group, multiplied as one matrix (a fused projection)."""
     merged: list[list[QuantTensor]] = []
     for p in parts:
         if merged and merged[-1][0].ggml_type == p.ggml_type:
             merged[-1].append(p)
         else:
             merged.append([p])
-    return [g[0] if len(g) == 1 else QuantTensor.cat(g) for g in merged]
+    return merged
 
 
 class QEmbedding(nn.Module):
@@ -169,7 +283,7 @@ def weight_bytes(module: nn.Module, *, resident: bool = False) -> int:
     ``QEmbedding``: only the rows looked up are ever read, and they stay file-backed).
     """
     mapped = {m.raw.untyped_storage().data_ptr() for m in module.modules()
-              if isinstance(m, QEmbedding) and getattr(m.q, "_mmap", None) is not None}
+              if isinstance(m, QEmbedding) and m.q.file_backed}
     seen: dict[int, int] = {}
     for t in list(module.parameters()) + list(module.buffers()):
         st = t.untyped_storage()

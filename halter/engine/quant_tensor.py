@@ -13,17 +13,19 @@ only the rounding of ``s`` and ``z`` to the kernel's dtype is lost.
 """
 from __future__ import annotations
 
+import ctypes
 import mmap
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from halter.engine.dequant import GGML_TYPES, SCALE_FIELDS, _f16, _k4_scales, _nibbles, _u32, \
+from halter.engine.dequant import GGML_TYPES, SCALE_FIELDS, _f16, _k4_scales, \
     dequantize_blocks
 
 INT4_GROUP = 32
 INT4_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q8_0")
-Term = tuple[torch.Tensor, torch.Tensor, torch.Tensor]        # codes [n, L] 0..15, scale, zero [n, L/32]
+Term = tuple[torch.Tensor, torch.Tensor, torch.Tensor]    # codes uint8 [n, L] 0..15, scale, zero [n, L/32]
 
 
 class QuantTensor:
@@ -35,6 +37,7 @@ class QuantTensor:
         if self.shape[1] % self.block_len:
             raise ValueError(f"{self.type_name} rows of {self.shape[1]} values are not whole blocks")
         self.raw = raw.reshape(self.shape[0], self.shape[1] // self.block_len * self.block_bytes)
+        self.file_backed = False           # a view of a memory-mapped file (``release_pages``)
 
     @classmethod
     def from_file(cls, path: str, offset: int, ggml_type: int, shape: tuple[int, int]) -> "QuantTensor":
@@ -46,7 +49,7 @@ class QuantTensor:
         n = shape[0] * shape[1] // block_len * block_bytes
         mm = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=(n,))
         q = cls(torch.from_numpy(mm), ggml_type, shape)
-        q._mmap = mm._mmap                      # type: ignore[attr-defined]  # for release_pages
+        q.file_backed = True
         return q
 
     @property
@@ -67,8 +70,8 @@ class QuantTensor:
 
     def scales_finite(self) -> bool:
         """Whether every float16 scale field is finite (the codes themselves are integers)."""
-        b = self.blocks()
-        return all(bool(torch.isfinite(_f16(b[:, o:o + 2])).all()) for o in SCALE_FIELDS[self.type_name])
+        b = self.blocks()            # a half is NaN or infinite when its five exponent bits are all ones
+        return not any(bool(((b[:, o + 1] & 0x7C) == 0x7C).any()) for o in SCALE_FIELDS[self.type_name])
 
     def dequantize(self, dtype: torch.dtype = torch.float32, out: torch.Tensor | None = None) -> torch.Tensor:
         """The float ``[N, K]`` matrix, written into ``out`` when given (a reused buffer)."""
@@ -86,7 +89,9 @@ class QuantTensor:
 
     def row_slice(self, start: int, end: int) -> "QuantTensor":
         """Rows ``start:end`` (a view of the same blocks: rows are independent in every type)."""
-        return QuantTensor(self.raw[start:end], self.ggml_type, (end - start, self.shape[1]))
+        q = QuantTensor(self.raw[start:end], self.ggml_type, (end - start, self.shape[1]))
+        q.file_backed = self.file_backed
+        return q
 
     @staticmethod
     def cat(parts: list["QuantTensor"]) -> "QuantTensor":
@@ -99,78 +104,130 @@ class QuantTensor:
 
     def int4_terms(self, row_start: int = 0, row_end: int | None = None) -> list[Term]:
         """Rows ``row_start:row_end`` as 4-bit terms ``(codes [n, K], scale, zero [n, K/32])``."""
+        b = self.raw[row_start:row_end].reshape(-1, self.block_bytes)
+        return [(c.materialise(b).reshape(s.shape[0], -1) if isinstance(c, Codes) else c, s, z)
+                for c, s, z in self.int4_lazy_terms(row_start, row_end)]
+
+    def int4_lazy_terms(self, row_start: int = 0, row_end: int | None = None) -> list[LazyTerm]:
+        """As ``int4_terms``, but codes that lie in the blocks as they are come as ``Codes``."""
         rows = self.raw[row_start:row_end]
         n = rows.shape[0]
-        b = rows.reshape(-1, self.block_bytes)
-        terms = _TERM_FNS[self.type_name](b)
-        return [(c.reshape(n, -1), s.reshape(n, -1), z.reshape(n, -1)) for c, s, z in terms]
+        terms = _TERM_FNS[self.type_name](rows.reshape(-1, self.block_bytes))
+        return [(c if isinstance(c, Codes) else c.reshape(n, -1), s.reshape(n, -1), z.reshape(n, -1))
+                for c, s, z in terms]
 
 
 def release_pages(q: QuantTensor) -> None:
     """Drop a file-backed tensor's pages from this process (they stay in the page cache).
 
-    After a pass over the whole tensor (the load-time scale check), its pages would otherwise
-    count in the process's resident memory although only a few rows (embedding lookups) or none
-    (weights packed into another form) are used afterwards.
+    After a pass over the tensor (packing it into another form, the load-time scale check), its
+    pages would otherwise count in the process's resident memory although only a few rows
+    (embedding lookups) or none (packed weights) are read afterwards; a page read again comes
+    back from the page cache. Only whole pages inside the tensor's bytes are dropped (the map
+    is private and never written, so nothing is lost). Linux only; elsewhere it does nothing.
     """
-    owner = getattr(q, "_mmap", None)
-    if owner is not None and hasattr(owner, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-        try:
-            owner.madvise(mmap.MADV_DONTNEED)
-        except OSError:
-            pass
+    if not q.file_backed or _MADVISE is None:
+        return
+    start = q.raw.data_ptr()
+    end = start + q.raw.numel()
+    page = mmap.PAGESIZE
+    lo, hi = -(-start // page) * page, end // page * page
+    if hi > lo:
+        _MADVISE(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), mmap.MADV_DONTNEED)
 
 
-def _high_bits(packed: torch.Tensor) -> torch.Tensor:
-    """uint32 ``[n, 1]`` -> the 32 single bits, as codes 8 (bit 0) or 9 (bit 1)."""
-    return ((packed >> torch.arange(32, device=packed.device)) & 1) + 8
+def _libc_madvise():
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return fn
 
 
-def _t_q4_0(b: torch.Tensor) -> list[Term]:
+_MADVISE = _libc_madvise()
+
+
+# byte -> its 8 bits (lowest first) as codes 8 or 9, packed in one int64 (8 bytes, little-endian)
+_BITS8 = torch.tensor([[((v >> j) & 1) | 8 for j in range(8)] for v in range(256)],
+                      dtype=torch.uint8).view(torch.int64).reshape(256)
+
+
+def _high_bits(qh: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[n, 4]`` (a little-endian uint32 of single bits) -> the 32 bits as codes 8 or 9."""
+    table = _BITS8.to(qh.device)
+    return table[qh.reshape(-1).long()].view(torch.uint8).reshape(-1, 32)
+
+
+class Codes(NamedTuple):
+    """Where a term's 4-bit codes lie in each block, so packing reads them without materialising them.
+
+    ``"nibbles"``: ``groups`` runs of ``length`` bytes from byte ``off``, byte ``j`` of run ``g``
+    holding value ``2 g length + j`` (low nibble) and ``2 g length + length + j`` (high nibble);
+    ``"low"`` / ``"high"``: one value a byte (``length`` bytes), codes ``q & 15`` / ``(q >> 4) ^ 8``.
+    """
+
+    kind: str
+    off: int
+    groups: int
+    length: int
+
+    def materialise(self, b: torch.Tensor) -> torch.Tensor:
+        """uint8 codes ``[n_blocks, values]`` of blocks ``b``."""
+        qs = b[:, self.off:self.off + self.groups * self.length]
+        if self.kind == "low":
+            return qs & 15
+        if self.kind == "high":
+            return (qs >> 4) ^ 8
+        qs = qs.reshape(-1, self.groups, 1, self.length)
+        return torch.cat([qs & 0x0F, qs >> 4], dim=2).reshape(b.shape[0], -1)
+
+
+LazyTerm = tuple["Codes | torch.Tensor", torch.Tensor, torch.Tensor]
+
+
+def _t_q4_0(b: torch.Tensor) -> list[LazyTerm]:
     d = _f16(b[:, 0:2])
-    return [(_nibbles(b[:, 2:18]), d, torch.zeros_like(d))]
+    return [(Codes("nibbles", 2, 1, 16), d, torch.zeros_like(d))]
 
 
-def _t_q4_1(b: torch.Tensor) -> list[Term]:
+def _t_q4_1(b: torch.Tensor) -> list[LazyTerm]:
     d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    return [(_nibbles(b[:, 4:20]), d, 8 * d + m)]
+    return [(Codes("nibbles", 4, 1, 16), d, 8 * d + m)]
 
 
-def _t_q5_0(b: torch.Tensor) -> list[Term]:
+def _t_q5_0(b: torch.Tensor) -> list[LazyTerm]:
     d = _f16(b[:, 0:2])               # (lo + 16 h - 16) d = [(lo - 8) d - 8 d] + [(h + 8 - 8) 16 d]
-    return [(_nibbles(b[:, 6:22]), d, -8 * d), (_high_bits(_u32(b[:, 2:6])), 16 * d, torch.zeros_like(d))]
+    return [(Codes("nibbles", 6, 1, 16), d, -8 * d), (_high_bits(b[:, 2:6]), 16 * d, torch.zeros_like(d))]
 
 
-def _t_q5_1(b: torch.Tensor) -> list[Term]:
+def _t_q5_1(b: torch.Tensor) -> list[LazyTerm]:
     d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    return [(_nibbles(b[:, 8:24]), d, 8 * d + m), (_high_bits(_u32(b[:, 4:8])), 16 * d, torch.zeros_like(d))]
+    return [(Codes("nibbles", 8, 1, 16), d, 8 * d + m), (_high_bits(b[:, 4:8]), 16 * d, torch.zeros_like(d))]
 
 
-def _t_q8_0(b: torch.Tensor) -> list[Term]:
+def _t_q8_0(b: torch.Tensor) -> list[LazyTerm]:
     d = _f16(b[:, 0:2])               # q = 16 hi + lo, lo = q & 15 in 0..15, hi = q >> 4 in -8..7
-    q = b[:, 2:34].contiguous().view(torch.int8).to(torch.int16)
-    return [(q & 15, d, 8 * d), ((q >> 4) + 8, 16 * d, torch.zeros_like(d))]
+    # as bytes: hi + 8 is the unsigned high nibble with bit 3 flipped
+    return [(Codes("low", 2, 1, 32), d, 8 * d), (Codes("high", 2, 1, 32), 16 * d, torch.zeros_like(d))]
 
 
-def _k_low(b: torch.Tensor, start: int) -> torch.Tensor:
-    qs = b[:, start:start + 128].reshape(-1, 4, 1, 32)
-    return torch.cat([qs & 0x0F, qs >> 4], dim=2).reshape(-1, 256)
-
-
-def _t_q4_k(b: torch.Tensor) -> list[Term]:
+def _t_q4_k(b: torch.Tensor) -> list[LazyTerm]:
     d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
     sc, mn = _k4_scales(b[:, 4:16])
     s = d * sc                        # c s - dmin mn = (c - 8) s + (8 s - dmin mn), per 32 values
-    return [(_k_low(b, 16), s, 8 * s - dmin * mn)]
+    return [(Codes("nibbles", 16, 4, 32), s, 8 * s - dmin * mn)]
 
 
-def _t_q5_k(b: torch.Tensor) -> list[Term]:
+def _t_q5_k(b: torch.Tensor) -> list[LazyTerm]:
     d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
     sc, mn = _k4_scales(b[:, 4:16])
     s = d * sc
     bit = torch.arange(8, dtype=torch.uint8, device=b.device).view(1, 8, 1)
-    high = (((b[:, 16:48].reshape(-1, 1, 32) >> bit) & 1) + 8).reshape(-1, 256)
-    return [(_k_low(b, 48), s, 8 * s - dmin * mn), (high, 16 * s, torch.zeros_like(s))]
+    high = (((b[:, 16:48].reshape(-1, 1, 32) >> bit) & 1) | 8).reshape(-1, 256)
+    return [(Codes("nibbles", 48, 4, 32), s, 8 * s - dmin * mn), (high, 16 * s, torch.zeros_like(s))]
 
 
 _TERM_FNS = {"Q4_0": _t_q4_0, "Q4_1": _t_q4_1, "Q5_0": _t_q5_0, "Q5_1": _t_q5_1, "Q8_0": _t_q8_0,

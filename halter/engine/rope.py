@@ -42,6 +42,48 @@ class Rope:
         if yarn is not None:
             inv_freq = inv_freq * yarn_blend(self.rope_dim, base, *yarn)
         self.inv_freq = inv_freq.to(device=device, dtype=torch.float32)
+        self._partner: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+    def tables(self, pos: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Full-width rotation tables for ``rotate``: ``(cos, signed sin)``, ``[*pos.shape, head_dim]``.
+
+        Value ``i`` of a head becomes ``x[i] cos[i] + x[partner(i)] sin[i]``, with the sine's sign
+        and the partner (the other value of its pair) given by the layout; values past
+        ``rope_dim`` keep ``cos = 1``, ``sin = 0``.
+        """
+        cos, sin = self.cos_sin(pos)
+        if self.kind == "norm":
+            c = torch.stack((cos, cos), dim=-1).flatten(-2)
+            s = torch.stack((-sin, sin), dim=-1).flatten(-2)
+        else:
+            c, s = torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+        if self.rope_dim < head_dim:
+            pad = head_dim - self.rope_dim
+            c = torch.cat((c, c.new_ones(*c.shape[:-1], pad)), dim=-1)
+            s = torch.cat((s, s.new_zeros(*s.shape[:-1], pad)), dim=-1)
+        return c, s
+
+    def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``apply`` with the tables of ``tables``: one gather and three arithmetic ops.
+
+        The same products and sums as ``apply`` (a negation moved into sin), up to the rounding of
+        a fused multiply-add.
+        """
+        D = x.shape[-1]
+        key = (D, x.device)
+        partner = self._partner.get(key)
+        if partner is None:
+            h = self.rope_dim // 2
+            idx = torch.arange(D)
+            if self.kind == "norm":
+                idx[:self.rope_dim] = idx[:self.rope_dim] ^ 1
+            else:
+                idx[:h], idx[h:self.rope_dim] = idx[h:self.rope_dim].clone(), idx[:h].clone()
+            partner = self._partner[key] = idx.to(x.device)
+        xf = x if x.dtype == torch.float32 else x.float()
+        out = xf * cos
+        out.addcmul_(xf.index_select(-1, partner), sin)
+        return out if out.dtype == x.dtype else out.to(x.dtype)
 
     def cos_sin(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions of any shape -> (cos, sin), each float32 of shape ``[*pos.shape, rope_dim // 2]``."""

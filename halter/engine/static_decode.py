@@ -74,7 +74,7 @@ def static_forward(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache:
     active = inputs[_ACTIVE].bool()
     pos_cache[rows, cells] = torch.where(active, positions, pos_cache[rows, cells])
     cached = pos_cache[:B, :span]                                              # [B, L]
-    inputs = net.layer_inputs(positions[:, None], cached, rope)   # cos, sin [B, 1, 1, D/2]; mask [B, 1, 1, L]
+    inputs = net.layer_inputs(positions[:, None], cached, rope)   # cos, sin [B, 1, 1, D]; mask [B, 1, 1, L]
     keep = active[:, None, None]
     x = net.embed(tokens[:, None])                                             # [B, 1, E]
     for layer in net.layers:

@@ -30,6 +30,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)      # one fused op
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (xf * self.weight.float()).to(x.dtype)
@@ -52,15 +54,20 @@ class Attention(nn.Module):
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Rotated queries ``[B, T, H, D]``, rotated keys and values ``[B, T, Hkv, D]`` of ``x``."""
+        """Rotated queries ``[B, T, H, D]``, rotated keys and values ``[B, T, Hkv, D]`` of ``x``.
+
+        ``cos``/``sin`` are ``Rope.tables`` (full head width, broadcast over heads).
+        """
         B, T, _ = x.shape
-        q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
-        q, k, v = self.wqkv(x).split([q_dim, kv_dim, kv_dim], dim=-1)
-        q, k = q.view(B, T, self.n_head, self.head_dim), k.view(B, T, self.n_head_kv, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
-        return q, k, v.view(B, T, self.n_head_kv, self.head_dim)
+        H, Hkv, D = self.n_head, self.n_head_kv, self.head_dim
+        qkv = self.wqkv(x)
+        v = qkv[..., (H + Hkv) * D:].view(B, T, Hkv, D)
+        if self.q_norm is None:          # queries and keys rotated together, as one [B, T, H + Hkv, D]
+            qk = rope.rotate(qkv[..., :(H + Hkv) * D].view(B, T, H + Hkv, D), cos, sin)
+            return qk[:, :, :H], qk[:, :, H:], v
+        q, k = qkv[..., :H * D].view(B, T, H, D), qkv[..., H * D:(H + Hkv) * D].view(B, T, Hkv, D)
+        q, k = self.q_norm(q), self.k_norm(k)
+        return rope.rotate(q, cos, sin), rope.rotate(k, cos, sin), v
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                mask: torch.Tensor) -> torch.Tensor:
@@ -75,11 +82,15 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
                 cache: KVCache, row_ids: torch.Tensor, rows: torch.Tensor | slice,
-                cells: torch.Tensor, mask: torch.Tensor, n_attend: int) -> torch.Tensor:
+                cells: torch.Tensor | slice, mask: torch.Tensor, n_attend: int) -> torch.Tensor:
         q, k, v = self.project(x, cos, sin, rope)
         k_cache, v_cache = cache.k[self.layer], cache.v[self.layer]   # [S, Hkv, C, D]
-        k_cache[row_ids[:, None], :, cells] = k                        # indexed view: [B, T, Hkv, D]
-        v_cache[row_ids[:, None], :, cells] = v
+        if isinstance(cells, slice):                                   # same cells in consecutive rows
+            k_cache[rows, :, cells] = k.transpose(1, 2)                # a view: [B, Hkv, T, D]
+            v_cache[rows, :, cells] = v.transpose(1, 2)
+        else:
+            k_cache[row_ids[:, None], :, cells] = k                    # indexed view: [B, T, Hkv, D]
+            v_cache[row_ids[:, None], :, cells] = v
         keys, values = _rows(k_cache, rows, n_attend), _rows(v_cache, rows, n_attend)  # [B, Hkv, L, D]
         return self.attend(q, keys, values, mask)
 
@@ -112,10 +123,16 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(c.n_embd, c.n_ff, bias=False)
         self.w2 = nn.Linear(c.n_ff, c.n_embd, bias=False)
         self.gelu = c.act == "gelu_tanh"
+        self.n_ff = c.n_ff
+        self.w13: nn.Module | None = None     # gate and up as one product, when the loader fuses them
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = F.gelu(self.w1(x), approximate="tanh") if self.gelu else F.silu(self.w1(x))
-        return self.w2(gate * self.w3(x))
+        if self.w13 is not None:
+            gate, up = self.w13(x).split(self.n_ff, dim=-1)
+        else:
+            gate, up = self.w1(x), self.w3(x)
+        gate = F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)
+        return self.w2(gate * up)
 
 
 class TransformerBlock(nn.Module):
@@ -163,33 +180,36 @@ class Transformer(nn.Module):
         """(cos, sin, rope, mask) for global (False) and sliding-window (True) layers.
 
         ``pos [B, T]`` are the new tokens' positions, ``cached_pos [B, L]`` those of the cells
-        attended over (-1 when empty). Masks are ``[B, 1, T, L]``; a sliding layer also hides
-        keys ``sliding_window`` or more positions back, as llama.cpp and transformers do.
+        attended over (-1 when empty). cos/sin are ``Rope.tables`` ``[B, T, 1, head_dim]``; masks
+        are ``[B, 1, T, L]``; a sliding layer also hides keys ``sliding_window`` or more positions
+        back, as llama.cpp and transformers do.
         """
         causal = (cached_pos[:, None, :] <= pos[:, :, None]) & (cached_pos[:, None, :] >= 0)
-        cos, sin = rope.cos_sin(pos)
+        D = self.config.head_dim
+        cos, sin = rope.tables(pos, D)
         out = {False: (cos.unsqueeze(2), sin.unsqueeze(2), rope, causal.unsqueeze(1))}
         window = self.config.sliding_window
         if window:
             local = self.rope_swa or rope
-            cos_l, sin_l = (cos, sin) if local is rope else local.cos_sin(pos)
+            cos_l, sin_l = (cos, sin) if local is rope else local.tables(pos, D)
             near = causal & (pos[:, :, None] - cached_pos[:, None, :] < window)
             out[True] = (cos_l.unsqueeze(2), sin_l.unsqueeze(2), local, near.unsqueeze(1))
         return out
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor,
-                cells: torch.Tensor, cache: KVCache, rope: Rope, n_attend: int,
+                cells: torch.Tensor | slice, cache: KVCache, rope: Rope, n_attend: int,
                 last_only: bool = False, row_span: tuple[int, int] | None = None) -> torch.Tensor:
         """Logits (float32) for ``tokens [B, T]`` at positions ``pos [B, T]`` of sequences ``rows [B]``.
 
         ``cells [B, T]`` are the cache cells reserved for the new tokens; attention covers the
         first ``n_attend`` cells of each row. When the rows are consecutive, ``row_span``
-        (first, end) lets attention read views of the cache instead of gathering copies. Returns ``[B, T, n_vocab]``, or ``[B, 1, n_vocab]``
+        (first, end) lets attention read views of the cache instead of gathering copies, and
+        ``cells`` may then be a slice (every row writes the same consecutive cells). Returns ``[B, T, n_vocab]``, or ``[B, 1, n_vocab]``
         when ``last_only``.
         """
         rows: torch.Tensor | slice = row_ids if row_span is None else slice(*row_span)
         cached_pos = _rows(cache.pos[:, None], rows, n_attend)[:, 0]               # [B, L]
-        inputs = self.layer_inputs(pos, cached_pos, rope)    # cos, sin [B, T, 1, D/2]; mask [B, 1, T, L]
+        inputs = self.layer_inputs(pos, cached_pos, rope)    # cos, sin [B, T, 1, D]; mask [B, 1, T, L]
         x = self.embed(tokens)
         for layer in self.layers:
             cos, sin, layer_rope, mask = inputs[layer.attention.sliding]

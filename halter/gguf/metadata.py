@@ -17,7 +17,14 @@ from gguf import GGUF_MAGIC, GGUFValueType
 from halter.errors import ModelLoadError
 from halter.limits import LIMITS
 
-__all__ = ["read_gguf_metadata"]
+__all__ = ["Metadata", "read_gguf_metadata"]
+
+
+class Metadata(dict):
+    """The key/value metadata (a ``dict``); ``end`` is the file offset where the section ends
+    (the tensor-info section starts there)."""
+
+    end: int = 0
 
 _SCALAR = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
            GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
@@ -26,11 +33,12 @@ _SCALAR = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UI
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
 
-def read_gguf_metadata(path: str | Path, *, skip: Iterable[str] = ()) -> dict[str, Any]:
+def read_gguf_metadata(path: str | Path, *, skip: Iterable[str] = ()) -> Metadata:
     """Read the key/value metadata of a GGUF file (never its tensors).
 
     Strings come back as ``str``, string arrays as ``list[bytes]`` (raw UTF-8, exactly as stored),
     numeric arrays as read-only numpy arrays. Keys in ``skip`` are stepped over without decoding.
+    The result's ``end`` is the offset just past the key/value section.
     A file that is not GGUF, or is cut short, raises :class:`ModelLoadError` naming the file and the
     field being read. (gguf's ``GGUFReader`` is not used: it also indexes every tensor and every
     string part, which takes seconds for a 100k vocabulary.)
@@ -50,7 +58,7 @@ def read_gguf_metadata(path: str | Path, *, skip: Iterable[str] = ()) -> dict[st
         raise ModelLoadError(f"cannot read file ({exc.strerror or exc})", path=path) from exc
 
 
-def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> dict[str, Any]:
+def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> Metadata:
     if _U32.unpack_from(buf, 0)[0] != GGUF_MAGIC:
         raise ModelLoadError(f"not a GGUF file (magic {bytes(buf[:4])!r})", path=path, field="magic")
     version = _U32.unpack_from(buf, 4)[0]
@@ -59,7 +67,7 @@ def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> di
                              field="version")
     n_kv = _U64.unpack_from(buf, 16)[0]
     pos, field = 24, "header"
-    out: dict[str, Any] = {}
+    out = Metadata()
 
     def need(n: int) -> None:
         if n < 0 or pos + n > size:
@@ -94,6 +102,16 @@ def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> di
             if count * smallest > size - pos:       # before any loop or allocation
                 raise ModelLoadError(f"array of {count} elements does not fit in the file", path=path,
                                      field=field)
+            if etype == GGUFValueType.STRING and not keep:
+                unpack = _U64.unpack_from
+                try:                       # lengths only: the tightest loop (a 262k vocabulary: ~50 ms)
+                    for _ in range(count):
+                        pos += 8 + unpack(buf, pos)[0]
+                except struct.error:       # a length read past the end
+                    pos = size + 1
+                if pos > size:
+                    raise ModelLoadError("file is truncated", path=path, field=field)
+                return None
             if etype == GGUFValueType.STRING:
                 items: list[bytes] = []
                 append, unpack = items.append, _U64.unpack_from
@@ -138,4 +156,5 @@ def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> di
         value = read_value(vtype, key not in skip)
         if key not in skip:
             out[key] = value
+    out.end = pos
     return out

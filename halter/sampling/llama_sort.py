@@ -301,18 +301,22 @@ def std_partial_sort_desc(logits: np.ndarray, idx: np.ndarray, k: int) -> np.nda
             return out if idx is None else idx[out]
     if idx is None:
         idx = np.arange(n)
-    a = _desc_pairs(logits, idx)
     # heap select over the first k, scanning the rest in chunks: an entry can only enter the heap
-    # when it beats the current heap top, so most chunks are skipped by one numpy comparison
+    # when it beats the current heap top, so most chunks are skipped by one numpy comparison, and
+    # only those entries become items (slot k stands for the scanned position: std::pop_heap
+    # writes the old top there, which the scan never reads again)
+    a = _desc_pairs(logits, idx[:k]) + [None]
     _make_heap(a, 0, k, _less)
     pos = k
     while pos < n:
         end = min(n, pos + 4096)
         hits = np.flatnonzero(neg[pos:end] < a[0][0])
         for h in hits.tolist():
-            i = pos + h
-            if a[i][0] < a[0][0]:
-                _pop_heap(a, 0, k, i, _less)
+            j = int(idx[pos + h])
+            item = (-float(logits[j]), j)
+            if item[0] < a[0][0]:
+                a[k] = item
+                _pop_heap(a, 0, k, k, _less)
         pos = end
     last = k
     while last > 1:
