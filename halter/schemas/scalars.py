@@ -56,8 +56,8 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
     if len(kept) <= ENUM_CHUNK:
         opts = [literal(conv, v, ptr) for v in kept]
         return conv.rules.add(conv.hint(ptr), alt(*opts)) if opts else None
-    # a long enum: a rule per chunk of values (strings sorted, so chunks share few prefixes), so
-    # that each rule's automaton stays small and the work grows linearly with the enum
+    # a long enum: a rule per chunk of values, so that each rule's automaton stays small and the
+    # work grows linearly with the enum
     check_limit("enum_values", len(kept), where="#" + ptr, what="enum size")
     # strings: sorted, in rules of up to STRING_CHUNK_COST characters, each a shared-suffix tree
     # (string_set.py) that the engine builds in time linear in its characters
