@@ -170,6 +170,7 @@ def _named() -> dict[str, tuple[Callable[[Doc], None], str]]:
         "n_tensors-huge": (lambda d: setattr(d, "n_tensors", 2 ** 60), "header"),
         "string-array-huge": (lambda d: d.set("general.tags", ARRAY, (STRING, [])) or setattr(d, "_huge", True),
                               "general.tags"),
+        "token-length-2**64-1": (lambda d: setattr(d, "_token_length", 2 ** 64 - 1), "tokenizer.ggml.tokens"),
     }
 
 
@@ -185,6 +186,10 @@ def corrupt(data: bytes, name: str) -> bytes:
         key = b"general.tags"
         i = out.index(key) + len(key) + 4 + 4
         out = out[:i] + struct.pack("<Q", 2 ** 61) + out[i + 8:]
+    if getattr(doc, "_token_length", None):   # the first token's length far beyond the file
+        key = b"tokenizer.ggml.tokens"
+        i = out.index(key) + len(key) + 4 + 4 + 8
+        out = out[:i] + struct.pack("<Q", doc._token_length) + out[i + 8:]
     return out
 
 

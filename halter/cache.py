@@ -4,7 +4,10 @@ On disk, everything lives under one directory, ``$HALTER_CACHE_DIR`` (default ``
 parsed grammars, token tries, compiled tables, fetched models. The directory is bounded in bytes
 (``$HALTER_CACHE_MB``, default 4096) and in files (``$HALTER_CACHE_FILES``, default 20,000); when a
 write takes it past either bound, the least recently used files are deleted (a read counts as a
-use) — except downloaded models (``models/``, see ``halter.fetch``), which only ``clear`` deletes. Writes are atomic (a temporary file renamed into place), so two processes may share the
+use) down to 90% of the bound — except downloaded models (``models/``, see ``halter.fetch``),
+which only ``clear`` deletes. A write costs O(1): the process keeps a running count of the
+directory's bytes and files and walks the directory only when that count reaches a bound, after
+256 writes or after 30 seconds (so other processes' writes are counted within that time). Writes are atomic (a temporary file renamed into place), so two processes may share the
 directory; a file that is corrupt, truncated or not written by halter is ignored and rebuilt.
 Pickled files carry an HMAC of their bytes under a key kept in the directory (``secret.key``,
 created on first use, readable by its owner only): a pickle whose HMAC does not verify is never
@@ -22,6 +25,7 @@ import hmac
 import os
 import pickle
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Generic, Hashable, TypeVar
@@ -132,8 +136,32 @@ def write_atomic(p: Path, write: Callable[[Path], None]) -> bool:
         except OSError:
             pass
         return False
-    evict(keep=p)
+    _note_write(p)
     return True
+
+
+_RESCAN_WRITES = 256            # writes between walks of the directory (other processes write too)
+_RESCAN_SECONDS = 30.0
+_tally_lock = threading.Lock()
+_tally: dict[str, Any] = {"key": None, "bytes": 0, "files": 0, "writes": 0, "when": 0.0}
+
+
+def _note_write(p: Path) -> None:
+    """Count a file just written; walk the directory and evict only when the count says so."""
+    try:
+        size = p.stat().st_size
+    except OSError:
+        size = 0
+    key = (str(directory()), max_bytes(), max_files())
+    with _tally_lock:
+        t = _tally
+        fresh = t["key"] == key and t["writes"] < _RESCAN_WRITES and time.monotonic() - t["when"] < _RESCAN_SECONDS
+        if fresh and t["bytes"] + size <= key[1] and t["files"] + 1 <= key[2]:
+            t["bytes"] += size
+            t["files"] += 1
+            t["writes"] += 1
+            return
+    evict(keep=p)
 
 
 def _secret() -> bytes:
@@ -229,27 +257,31 @@ def _files() -> list[tuple[float, int, Path]]:
 
 
 def evict(keep: Path | None = None) -> int:
-    """Delete least recently used files until the directory is within its bounds; how many went."""
+    """When the directory is past a bound, delete least recently used files (never ``keep``) until
+    it is within 90% of each; how many went."""
     models = directory() / MODELS_SUBDIR
     files = [f for f in _files() if models not in f[2].parents]
     total = sum(size for _, size, _ in files)
     limit_b, limit_n = max_bytes(), max_files()
-    if total <= limit_b and len(files) <= limit_n:
-        return 0
-    files.sort(key=lambda f: f[0])
     count, removed = len(files), 0
-    for _, size, fp in files:
-        if total <= limit_b and count <= limit_n:
-            break
-        if keep is not None and fp == keep:
-            continue
-        try:
-            fp.unlink()
-        except OSError:
-            continue
-        total -= size
-        count -= 1
-        removed += 1
+    if total > limit_b or count > limit_n:       # down to 90%, so the next writes need no walk
+        target_b, target_n = limit_b * 9 // 10, max(1, limit_n * 9 // 10)
+        files.sort(key=lambda f: f[0])
+        for _, size, fp in files:
+            if total <= target_b and count <= target_n:
+                break
+            if keep is not None and fp == keep:
+                continue
+            try:
+                fp.unlink()
+            except OSError:
+                continue
+            total -= size
+            count -= 1
+            removed += 1
+    with _tally_lock:
+        _tally.update(key=(str(directory()), limit_b, limit_n), bytes=total, files=count, writes=0,
+                      when=time.monotonic())
     return removed
 
 
@@ -281,6 +313,8 @@ def clear(disk: bool = True) -> None:
     for m in list(_MEMOS.values()):
         m.clear()
     if disk:
+        with _tally_lock:
+            _tally["key"] = None
         for _, _, fp in _files():
             try:
                 fp.unlink()

@@ -11,7 +11,8 @@ import dataclasses
 import os
 import sys
 import threading
-from typing import Any, Callable, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TypeVar
 
 from halter.errors import LimitError
 
@@ -141,6 +142,29 @@ def deep_call(fn: Callable[..., _T], *args: Any, where: str = "", **kwargs: Any)
         err = box.pop("error")
         raise err.with_traceback(err.__traceback__)
     return box["value"]
+
+
+@contextmanager
+def bounded_recursion(frames: int = 2000) -> Iterator[None]:
+    """Run third-party recursive code with at most ``frames`` more Python frames than the caller's.
+
+    A deep call raises the recursion limit for halter's own walks, whose frames cost little C
+    stack; jsonschema's validator recurses through generators, several C frames per level, so a
+    ``$ref`` that reaches itself without reading anything (``d: {"$ref": "#/$defs/d"}``) would
+    overflow the thread's stack (a segmentation fault) long before that limit. Inside this block
+    it ends in ``RecursionError`` instead, which the caller handles. Deep calls run one at a
+    time, so the lowered limit is only seen by threads far shallower than it.
+    """
+    depth, f = 0, sys._getframe()
+    while f is not None:
+        depth += 1
+        f = f.f_back
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(old, depth + frames))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
 
 
 def _limited(fn: Callable[..., _T], args: tuple, kwargs: dict, where: str) -> _T:

@@ -86,6 +86,21 @@ def test_eviction_by_file_count(cache_dir, monkeypatch):
     assert cache.info()["files"] == 3
 
 
+def test_a_write_does_not_walk_a_large_cache(cache_dir, monkeypatch):
+    """With 20,000 files a walk of the directory costs most of a second: a write within the bounds
+    must not walk it (only every 256 writes, at a bound, or after 30 s)."""
+    walks = []
+    real = cache._files
+    monkeypatch.setattr(cache, "_files", lambda: walks.append(1) or real())
+    for i in range(100):
+        cache.write_atomic(cache.path("blobs", f"w{i}", ".bin"), lambda t: t.write_bytes(b"w"))
+    assert len(walks) <= 1
+    monkeypatch.setenv("HALTER_CACHE_FILES", "50")          # a bound now passed: one walk evicts
+    cache.write_atomic(cache.path("blobs", "last", ".bin"), lambda t: t.write_bytes(b"w"))
+    assert len(walks) == 2 and cache.info()["files"] <= 50
+    assert (cache_dir / "blobs" / "last.bin").exists()
+
+
 def test_memo_is_bounded_lru():
     m = cache.memo("test memo", 2)
     m.put("a", 1), m.put("b", 2)

@@ -142,3 +142,22 @@ def test_one_of_two_array_schemas_refuses_the_empty_array() -> None:
 
 def test_every_schema_error_is_a_halter_error() -> None:
     assert issubclass(LimitError, HalterError) and issubclass(SchemaError, HalterError)
+
+
+def test_a_ref_that_reaches_itself_inside_if_does_not_crash_the_process(tmp_path) -> None:
+    """An enum checked against an ``if`` whose ``$ref`` loops on itself sent jsonschema's validator
+    down a generator recursion that overflowed the deep call's thread stack: a segmentation fault.
+    Run in a child process, so a crash fails this test instead of the whole run."""
+    import subprocess
+    import sys
+    code = ("from halter.grammar import Grammar\n"
+            "s = {'additionalProperties': {'allOf': [{'enum': [1, None, 'x']},"
+            " {'if': {'$ref': '#/$defs/d', 'multipleOf': 0.5}, 'then': {'$ref': '#/$defs/d'}}]},"
+            " '$defs': {'d': {'$ref': '#/$defs/d'}}}\n"
+            "g = Grammar.from_json_schema(s)\n"
+            "print(g.matches('{}'))\n")
+    env = {**__import__("os").environ, "HALTER_CACHE_DIR": str(tmp_path)}       # a cold build
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode in (0, 1), (out.returncode, out.stderr[-500:])
+    if out.returncode == 1:
+        assert "HalterError" in out.stderr or "SchemaError" in out.stderr or "Warning" in out.stderr, out.stderr[-500:]

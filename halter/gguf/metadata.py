@@ -107,7 +107,7 @@ def _parse_kv(buf: mmap.mmap, size: int, path: Path, skip: frozenset[str]) -> Me
                 try:                       # lengths only: the tightest loop (a 262k vocabulary: ~50 ms)
                     for _ in range(count):
                         pos += 8 + unpack(buf, pos)[0]
-                except struct.error:       # a length read past the end
+                except (struct.error, OverflowError):   # a length read past the end, or beyond any offset
                     pos = size + 1
                 if pos > size:
                     raise ModelLoadError("file is truncated", path=path, field=field)

@@ -18,7 +18,7 @@ import jsonschema
 from jsonschema import validators
 
 from halter.errors import SchemaError, SchemaWarning, UnsupportedSchemaError
-from halter.limits import LIMITS, check
+from halter.limits import LIMITS, bounded_recursion, check
 from halter.grammar.ast import Expr, Literal, RuleRef, alt
 from halter.schemas import drafts, logic, one_of, unevaluated
 from halter.schemas import merge as merging
@@ -397,6 +397,7 @@ class Converter:
     def valid(self, schema: Any, value: Any) -> bool:
         """Whether ``value`` is valid under ``schema`` (True when the validator cannot tell)."""
         try:
-            return self.validator.evolve(schema=merging.for_validator(schema)).is_valid(value)
+            with bounded_recursion():
+                return self.validator.evolve(schema=merging.for_validator(schema)).is_valid(value)
         except Exception:  # noqa: BLE001
             return True

@@ -12,7 +12,7 @@ from fractions import Fraction as Ratio
 from typing import TYPE_CHECKING, Any
 
 from halter.errors import SchemaError
-from halter.limits import check as check_limit
+from halter.limits import bounded_recursion, check as check_limit
 from halter.grammar.ast import CharClass, Expr, Literal, Repeat, alt
 from halter.schemas import merge as merging
 from halter.schemas.json_text import cat
@@ -48,7 +48,8 @@ def values_grammar(conv: "Converter", s: dict, ptr: str) -> Expr | None:
     kept = []
     for v in values:
         try:
-            ok = check.is_valid(v)
+            with bounded_recursion():
+                ok = check.is_valid(v)
         except Exception:  # noqa: BLE001 - a sibling the validator cannot run: keep the value
             ok = True
         if ok:
