@@ -161,3 +161,14 @@ def test_a_ref_that_reaches_itself_inside_if_does_not_crash_the_process(tmp_path
     assert out.returncode in (0, 1), (out.returncode, out.stderr[-500:])
     if out.returncode == 1:
         assert "HalterError" in out.stderr or "SchemaError" in out.stderr or "Warning" in out.stderr, out.stderr[-500:]
+
+
+@pytest.mark.parametrize("draft", ["http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#", None])
+def test_not_items_is_exact_under_every_draft(draft) -> None:
+    """``not {"items": X}`` is rewritten as arrays that contain a non-X; under draft-04, which has
+    no ``contains``, the rewrite was dropped as a foreign keyword and every array passed."""
+    schema = {"not": {"items": {"type": "integer"}}, **({"$schema": draft} if draft else {})}
+    g = Grammar.from_json_schema(schema)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for text in ("[]", "[1]", '["a"]', '[1,"a"]', '"x"', "1", "{}"):
+        assert g.matches(text) == validator.is_valid(json.loads(text)), (draft, text)

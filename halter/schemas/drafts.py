@@ -24,9 +24,15 @@ FOREIGN: dict[str, frozenset[str]] = {
 """Per draft (the converter's names), the keywords of other drafts that it ignores."""
 
 
+REWRITTEN = "x-halter-rewritten"
+"""Marks a schema object the converter wrote itself (``not {"items": X}`` as ``{"contains": not X}``):
+its keywords are read whatever the declared draft, since a rewrite may need one the draft lacks."""
+
+
 def own_keywords(schema: Any, draft: str) -> Any:
-    """``schema`` without the keywords ``draft`` does not define (itself when it has none)."""
+    """``schema`` without the keywords ``draft`` does not define (itself when it has none, or when
+    the converter wrote it: ``REWRITTEN``)."""
     foreign = FOREIGN.get(draft, frozenset())
-    if not isinstance(schema, dict) or not foreign.intersection(schema):
+    if not isinstance(schema, dict) or not foreign.intersection(schema) or schema.get(REWRITTEN) is True:
         return schema
     return {k: v for k, v in schema.items() if k not in foreign}

@@ -107,7 +107,8 @@ def _negate_keyword(k: str, v: Any, s: dict, resolve: Resolver, draft: str, dept
         return _or(out)
     if k == "items" and isinstance(v, (dict, bool)) and "prefixItems" not in s:
         n = negate(v, resolve, draft, depth + 1)
-        return None if n is None else (False if n is False else {"type": "array", "contains": n})
+        return None if n is None else (False if n is False else
+                                       {"type": "array", "contains": n, drafts.REWRITTEN: True})
     if k == "contains" and "minContains" not in s and "maxContains" not in s:
         n = negate(v, resolve, draft, depth + 1)
         return None if n is None else {"type": "array", "items": n}
