@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from halter.grammar.contexts import ENDS_ROOT, ESCAPES, WORK, same_context
+from halter.grammar.graphs import strongly_connected_components
 
 if TYPE_CHECKING:
     from halter.grammar.parser_state import Node, StateSpace
@@ -135,7 +136,7 @@ def _resolver(space: "StateSpace", waiting: dict[int, set], aliases: dict[int, s
     def callees(r: int) -> list[int]:
         return [] if r in resolved else [ref for _, ref in eff[r] if ref < 0]
 
-    for group in _groups(needed, callees):
+    for group in strongly_connected_components(needed, callees):
         if group[0] in resolved:
             continue
         members = set(group)
@@ -172,7 +173,7 @@ def _tail_info(r: int, waiting: dict, aliases: dict, tails: dict, ctx_returns: l
     def succ(x: int) -> list[int]:
         return [y for y in aliases.get(x, ()) if y < 0 and y not in tails]
 
-    for group in _groups([r], succ):
+    for group in strongly_connected_components([r], succ):
         members = set(group)
         own = [w for x in group for w in (waiting[x],) if w]
         real_new = {y for x in group for y in aliases.get(x, ()) if y >= 0}
@@ -197,45 +198,3 @@ def _tail_info(r: int, waiting: dict, aliases: dict, tails: dict, ctx_returns: l
         for x in group:
             tails[x] = info
     return tails[r]
-
-
-def _groups(nodes: list[int], succ) -> list[list[int]]:
-    """Strongly connected components of the graph ``succ`` over ``nodes``, each after every
-    component it reaches (Tarjan's algorithm with an explicit stack)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    out: list[list[int]] = []
-    for root in nodes:
-        if root in index:
-            continue
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        work = [(root, iter(succ(root)))]
-        while work:
-            v, it = work[-1]
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(succ(w))))
-                    break
-                if w in on_stack and index[w] < low[v]:
-                    low[v] = index[w]
-            else:
-                work.pop()
-                if work and low[v] < low[work[-1][0]]:
-                    low[work[-1][0]] = low[v]
-                if low[v] == index[v]:
-                    group = []
-                    while True:
-                        w = stack.pop()
-                        on_stack.discard(w)
-                        group.append(w)
-                        if w == v:
-                            break
-                    out.append(group)
-    return out

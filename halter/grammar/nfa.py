@@ -14,6 +14,7 @@ import sys
 from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
                                 MAX_CODE_POINT, rule_refs)
 from halter.grammar.repeats import emit_repeat
+from halter.grammar.graphs import strongly_connected_components
 from halter.grammar.utf8 import utf8_sequences_cached
 
 EPS, BYTES, CALL, TOKEN = 0, 1, 2, 3
@@ -374,48 +375,11 @@ class NfaBuilder:
 
 
 def _recursive_rules(refs: dict[str, list[str]]) -> set[str]:
-    """Rules that can call themselves (directly or through others): Tarjan's strongly connected
-    components, iteratively (chains of thousands of rules)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    comp_stack: list[str] = []
+    """Rules that can call themselves (directly or through others): the rules of a strongly
+    connected component of more than one rule, or calling themselves."""
+    succs = {v: [w for w in dict.fromkeys(calls) if w in refs] for v, calls in refs.items()}   # once per rule
     out: set[str] = set()
-    counter = 0
-    succs: dict[str, list[str]] = {}
-    for start in refs:
-        if start in index:
-            continue
-        work = [(start, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index[v] = low[v] = counter
-                counter += 1
-                comp_stack.append(v)
-                on_stack.add(v)
-            succ = succs.get(v)
-            if succ is None:        # once per rule (a rule may call ``ws`` thousands of times)
-                succ = succs[v] = [w for w in dict.fromkeys(refs.get(v, ())) if w in refs]
-            if i < len(succ):
-                work.append((v, i + 1))
-                w = succ[i]
-                if w not in index:
-                    work.append((w, 0))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            if work:                                  # v is done: pass its low link to its parent
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = comp_stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1 or v in refs.get(v, ()):
-                    out.update(comp)
+    for comp in strongly_connected_components(list(refs), succs.__getitem__):
+        if len(comp) > 1 or comp[0] in succs[comp[0]]:
+            out.update(comp)
     return out
