@@ -312,6 +312,12 @@ def worker(campaign: str, cpu_s: float) -> None:
             verdict = {"verdict": "crash", "detail": f"RecursionError: {str(err)[:200]}"}
         except Exception as err:  # noqa: BLE001 - what the fuzzer looks for
             verdict = {"verdict": "crash", "detail": f"{type(err).__name__}: {str(err)[:300]}"}
+        # no CPU-limit signal between cases (one landing outside the try would end the worker)
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+        left = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
+        if left:                                    # work the case started runs on, charged to later cases
+            verdict = {"verdict": "hang", "detail": f"{verdict.get('detail', 'ok')}; threads still running "
+                                                       f"after the case: {left}"}
         if verdict["verdict"] != "ok" and ctx.get("last_file"):
             verdict["file"] = base64.b64encode(Path(ctx["last_file"]).read_bytes()).decode()
         real_stdout.write(json.dumps(verdict) + "\n")

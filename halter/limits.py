@@ -116,6 +116,7 @@ def deep_call(fn: Callable[..., _T], *args: Any, where: str = "", **kwargs: Any)
     import contextvars
     context = contextvars.copy_context()
     box: dict[str, Any] = {}
+    done = threading.Event()
 
     def target() -> None:
         _deep_active.on = True
@@ -123,6 +124,8 @@ def deep_call(fn: Callable[..., _T], *args: Any, where: str = "", **kwargs: Any)
             box["value"] = context.run(_limited, fn, args, kwargs, where)
         except BaseException as err:  # noqa: BLE001 - handed to the caller's thread as is
             box["error"] = err
+        finally:
+            done.set()
 
     with _deep_lock:
         old_size = threading.stack_size()
@@ -135,6 +138,13 @@ def deep_call(fn: Callable[..., _T], *args: Any, where: str = "", **kwargs: Any)
         sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION))
         try:
             worker.start()
+            try:
+                done.wait()      # (not join: before Python 3.13 an interrupted join marks a running thread stopped)
+            except BaseException:
+                # the caller was interrupted (Ctrl-C, a signal handler's exception, a timeout): the
+                # work is abandoned, so stop it rather than leave it burning CPU behind the caller
+                _stop(worker, done)
+                raise
             worker.join()
         finally:
             sys.setrecursionlimit(old_limit)
@@ -142,6 +152,26 @@ def deep_call(fn: Callable[..., _T], *args: Any, where: str = "", **kwargs: Any)
         err = box.pop("error")
         raise err.with_traceback(err.__traceback__)
     return box["value"]
+
+
+class DeepCallAbandoned(BaseException):
+    """Raised inside a deep call's thread when the caller stopped waiting for it."""
+
+
+def _stop(worker: threading.Thread, done: threading.Event, wait_s: float = 10.0) -> None:
+    """Raise ``DeepCallAbandoned`` in ``worker`` at its next Python instruction and wait for it to end.
+
+    Work inside one long C call (a regular expression, a compiled kernel) ends when that call
+    returns; the wait is bounded so the caller's own exception is never held up for long.
+    """
+    import ctypes
+    if worker.ident is None or done.is_set():
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(DeepCallAbandoned))
+    try:
+        done.wait(wait_s)
+    except BaseException:  # noqa: BLE001 - a second interruption: the exception is already on its way
+        pass
 
 
 @contextmanager
