@@ -50,7 +50,7 @@ def check_llama_tables(result: "ParseResult", text: str) -> None:
 
 
 def _raise_undefined(result: "ParseResult", sid: int, text: str) -> None:
-    from halter.grammar.gbnf_parser import line_starts, position_of
+    from halter.grammar.gbnf_lexer import line_starts, position_of
     sym = result.symbols
     name = sym.names[sid]
     offset = sym.first_use.get(sid, 0)

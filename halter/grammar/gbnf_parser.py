@@ -20,16 +20,15 @@ Constructs llama.cpp accepts that are traps (they silently match nothing, or som
 than they seem) are accepted and reported as ``GrammarWarning`` with line and column
 (``ParseResult.warnings``). The reader uses an explicit stack, so nesting depth is bounded by
 ``halter.limits`` (``nesting_depth``), never by Python's stack. ``gbnf_checks.py`` holds the
-checks that run on the whole grammar afterwards (undefined rules, left recursion).
+checks that run on the whole grammar afterwards (undefined rules, left recursion), ``gbnf_lexer.py``
+the lexical pieces (spaces, names, numbers, escapes) and line/column positions.
 """
 from __future__ import annotations
-
-import bisect
-import re
 
 from halter import limits
 from halter.errors import GrammarError
 from halter.grammar.gbnf_checks import check_llama_tables, nesting_depth
+from halter.grammar.gbnf_lexer import WORD, Scanner, show_code_point
 from halter.grammar.ast import (MAX_CODE_POINT, AnyChar, CharClass, Expr, Literal, Repeat, RuleRef,
                                 RuleSet, TokenRef, alt, seq)
 
@@ -37,10 +36,6 @@ from halter.grammar.ast import (MAX_CODE_POINT, AnyChar, CharClass, Expr, Litera
 #: one repetition may make (counts multiply along stacked repetitions).
 MAX_REPEAT = 2000
 _UNBOUNDED = None
-_ESCAPES = {"t": 9, "r": 13, "n": 10, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45}
-_HEX_LEN = {"x": 2, "u": 4, "U": 8}
-_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _T = -1     # a terminal element in the mirror of llama.cpp's rule elements (see _Symbols)
 
 
@@ -114,82 +109,16 @@ class ParseResult(RuleSet):
         self.symbols = _Symbols()
 
 
-class _Reader:
+class _Reader(Scanner):
+    """The grammar level of llama.cpp's parser: rules, alternatives, groups, repetitions."""
+
     def __init__(self, text: str) -> None:
-        self.s = text
-        self.n = len(text)
-        self.starts = line_starts(text)
+        super().__init__(text)
         self.out = ParseResult()
         self.sym = self.out.symbols
 
-    # -- positions and messages -----------------------------------------------------------
-    def where(self, offset: int) -> tuple[int, int]:
-        return position_of(self.starts, offset)
-
-    def err(self, message: str, offset: int) -> GrammarError:
-        return GrammarError(message, *self.where(min(offset, self.n)), self.s)
-
     def warn(self, message: str, offset: int, kind: str = "trap") -> None:
         self.out.warnings.append((message, *self.where(offset), kind))
-
-    def ch(self, i: int) -> str:
-        return self.s[i] if i < self.n else ""
-
-    # -- lexical pieces (llama.cpp's parse_space, parse_name, parse_int, parse_char) ----------
-    def space(self, i: int, newline_ok: bool) -> int:
-        s, n = self.s, self.n
-        while i < n:
-            c = s[i]
-            if c == " " or c == "\t":
-                i += 1
-            elif c == "#":
-                while i < n and s[i] not in "\r\n":
-                    i += 1
-            elif newline_ok and (c == "\r" or c == "\n"):
-                i += 1
-            else:
-                break
-        return i
-
-    def name_end(self, i: int) -> int:
-        j = i
-        while j < self.n and self.s[j] in _WORD:
-            j += 1
-        return j
-
-    def integer(self, i: int, what: str) -> tuple[int, int]:
-        j = i
-        while j < self.n and self.s[j].isdigit() and self.s[j] in "0123456789":
-            j += 1
-        if j == i:
-            raise self.err(f"expected a number in {what}", i)
-        value = int(self.s[i:j])
-        if value >= 1 << 64:
-            raise self.err(f"number {self.s[i:j]} in {what} is too large", i)
-        return value, j
-
-    def char(self, i: int, where: str) -> tuple[int, int]:
-        """One character of a literal or class: (code point, next offset)."""
-        s = self.s
-        if i >= self.n:
-            raise self.err(f"unterminated {where}", i)
-        if s[i] != "\\":
-            return ord(s[i]), i + 1
-        e = self.ch(i + 1)
-        if e in _HEX_LEN:
-            size = _HEX_LEN[e]
-            digits = s[i + 2:i + 2 + size]
-            k = 0
-            while k < len(digits) and digits[k] in "0123456789abcdefABCDEF":
-                k += 1
-            if k != size:
-                raise self.err(f"bad escape '\\{e}': expected {size} hex digits", i)
-            return int(digits, 16), i + 2 + size
-        if e in _ESCAPES:
-            return _ESCAPES[e], i + 2
-        shown = e if e and e.isprintable() else repr(e)
-        raise self.err(f"bad escape '\\{shown}' (GBNF, as llama.cpp reads it, knows "
-                       "\\x.. \\u.... \\U........ \\t \\n \\r \\\\ \\\" \\[ \\] \\- only)", i)
 
     # -- grammar --------------------------------------------------------------------------
     def parse(self) -> ParseResult:
@@ -291,7 +220,7 @@ class _Reader:
                 expr, pos = self._token(pos)
                 self._atom(f, expr, True, start)
                 pos = self.space(pos, f.nested)
-            elif c and c in _WORD:
+            elif c and c in WORD:
                 end = self.name_end(pos)
                 if self.ch(end) == "_":
                     raise self.err("a rule name cannot contain '_' (GBNF names are letters, digits and '-')", end)
@@ -376,7 +305,7 @@ class _Reader:
                 at = pos
                 hi, pos = self.char(pos + 1, "character class")
                 if hi < lo:
-                    self.warn(f"reversed range {_show(lo)}-{_show(hi)} matches no character "
+                    self.warn(f"reversed range {show_code_point(lo)}-{show_code_point(hi)} matches no character "
                               "(llama.cpp accepts it)", at, "trap" if negated else "dead-end")
             count += 1
             if lo > MAX_CODE_POINT and lo <= hi:
@@ -487,19 +416,6 @@ class _Reader:
             f.items[-1] = Repeat(f.items[-1], lo, hi)
 
 
-def _show(cp: int) -> str:
-    return repr(chr(cp)) if cp <= MAX_CODE_POINT and chr(cp).isprintable() else f"U+{cp:04X}"
-
-
-def line_starts(text: str) -> list[int]:
-    """Offsets where lines start; a line ends at ``\\n``, ``\\r\\n`` or a lone ``\\r`` (as GBNF reads it)."""
-    return [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
-
-
-def position_of(starts: list[int], offset: int) -> tuple[int, int]:
-    """1-based (line, column) of ``offset``, given ``line_starts``."""
-    k = bisect.bisect_right(starts, offset) - 1
-    return k + 1, offset - starts[k] + 1
 
 
 def parse_gbnf(text: str) -> ParseResult:
