@@ -23,7 +23,8 @@ counted. Verdicts:
 
 A token walk whose final text the schema refuses only because an object repeats a key is counted
 as a documented departure (halter's object grammars do not prevent duplicate extra keys), not as
-wrong; it is written to ``--out`` too.
+wrong; a walk whose text jsonschema cannot judge (it recursed past Python's limit on the schema) is
+counted as unchecked. Both are written to ``--out`` too.
 
 Failing cases are written to ``--out`` (one JSON file each; GGUF cases also as ``.gguf``) for
 triage, and the totals are printed (``--json`` for machine-readable totals).
@@ -62,6 +63,10 @@ class Wrong(Exception):
 
 class Departure(Exception):
     """A result that differs from the specification in a way docs/json_schema.md documents."""
+
+
+class Unchecked(Exception):
+    """The check itself could not run on this case (jsonschema recursed past Python's limit)."""
 
 
 def run_gbnf(case: dict, ctx: dict) -> None:
@@ -133,7 +138,11 @@ def run_walk(case: dict, ctx: dict) -> None:
     schema = case["schema"]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator) \
         if isinstance(schema, dict) else jsonschema.Draft202012Validator
-    if not caught and not _valid(cls(schema, format_checker=format_checker(cls)), text):
+    try:
+        valid = caught or _valid(cls(schema, format_checker=format_checker(cls)), text)
+    except RecursionError:
+        raise Unchecked(f"jsonschema recursed past Python's limit on this schema; {text!r} was not checked") from None
+    if not valid:
         if _duplicate_keys(text):
             raise Departure(f"ended with {text!r}: a duplicate key, which halter's object grammars do not "
                             "prevent for extra keys (docs/json_schema.md, additional properties)")
@@ -306,6 +315,8 @@ def worker(campaign: str, cpu_s: float) -> None:
             verdict = {"verdict": "wrong", "detail": str(err)[:500]}
         except Departure as err:
             verdict = {"verdict": "ok", "departure": str(err)[:500]}
+        except Unchecked as err:
+            verdict = {"verdict": "ok", "unchecked": str(err)[:500]}
         except MemoryError:
             verdict = {"verdict": "memory", "detail": "MemoryError"}
         except RecursionError as err:
@@ -396,7 +407,8 @@ def run_campaign(campaign: str, cases: int, seed: int = 0, out: Path | None = No
     ``checkpoint`` is called with the totals so far every 500 cases."""
     rng = random.Random(f"{campaign}-{seed}")
     totals: dict[str, Any] = {"campaign": campaign, "cases": cases, "done": 0, "ok": 0, "refused": 0, "crash": 0,
-                              "hang": 0, "memory": 0, "wrong": 0, "departures": 0, "failures": [], "seconds": 0.0}
+                              "hang": 0, "memory": 0, "wrong": 0, "departures": 0, "unchecked": 0, "failures": [],
+                              "seconds": 0.0}
     if resume:
         totals.update({k: v for k, v in resume.items() if k != "cases"})
     first = totals["done"]
@@ -420,7 +432,9 @@ def run_campaign(campaign: str, cases: int, seed: int = 0, out: Path | None = No
                 totals["refused"] += 1
             if verdict.get("departure"):              # documented: kept for triage, not a failure
                 totals["departures"] = totals.get("departures", 0) + 1
-            if kind != "ok" or verdict.get("departure"):
+            if verdict.get("unchecked"):              # the check could not run: kept for triage
+                totals["unchecked"] = totals.get("unchecked", 0) + 1
+            if kind != "ok" or verdict.get("departure") or verdict.get("unchecked"):
                 failure = {"index": i, "case": case, **{k: v for k, v in verdict.items() if k != "file"}}
                 totals["failures"].append(failure)
                 if out is not None:
@@ -518,7 +532,8 @@ def main() -> None:
             with lock:
                 print(f"{c:7s} {r['cases']:7d} cases ({r['cases'] / max(r['seconds'], 0.1):.1f}/s)  ok {r['ok']:7d} "
                       f"(refused {r['refused']})  crash {r['crash']}  hang {r['hang']}  memory {r['memory']}  "
-                      f"wrong {r['wrong']}  documented departures {r.get('departures', 0)}  {r['seconds']:.0f} s", flush=True)
+                      f"wrong {r['wrong']}  documented departures {r.get('departures', 0)}  unchecked {r.get('unchecked', 0)}  "
+                      f"{r['seconds']:.0f} s", flush=True)
                 for f in r["failures"][:5]:
                     print(f"    #{f['index']} {f['verdict']}: {f.get('detail', '')[:150]}", flush=True)
         return r

@@ -20,6 +20,7 @@ from jsonschema import validators
 from halter.errors import SchemaError, SchemaWarning, UnsupportedSchemaError
 from halter.limits import LIMITS, bounded_recursion, check
 from halter.grammar.ast import Expr, Literal, RuleRef, alt
+from halter.grammar.left_recursion import left_recursive_rules
 from halter.schemas import drafts, logic, one_of, unevaluated
 from halter.schemas import merge as merging
 from halter.schemas.arrays import array_grammar
@@ -112,6 +113,7 @@ class Converter:
         self.embedded = EmbeddedJson(self)
         self.index = RefIndex(self.schema, self.draft)
         self.ref_rules: dict[str, RuleRef] = {}
+        self.rule_pointers: dict[str, str] = {}          # rule made for a $ref (or a schema met again) -> where
         self.warnings: list[str] = []
         self._inlining: list[str] = []
         self._building: dict[str, str | None] = {}     # schemas being visited that inline: see visit
@@ -152,9 +154,26 @@ class Converter:
             raise SchemaError("the schema accepts no value at all", "#", None)
         self.rules.define(root_name, expr)
         self.embedded.finish()
+        self._warn_left_recursion()
         ordered = {"root": self.rules.rules.pop("root")}
         ordered.update(self.rules.rules)
         return tidy_rules(ordered)
+
+    def _warn_left_recursion(self) -> None:
+        """Warn about ``$ref`` cycles that reach themselves before reading anything
+        (``{"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, ...]}}}``). JSON Schema leaves them
+        undefined (a validator recurses without end); the grammar reads them by their least fixed
+        point: the values the cycle's other alternatives allow, or none."""
+        for cycle in left_recursive_rules(self.rules.rules):
+            where = [self.rule_pointers[n] for n in cycle if n in self.rule_pointers]
+            if not where:
+                continue
+            msg = (f"the $ref cycle through {', '.join(dict.fromkeys(where))} reaches itself before any JSON "
+                   "text is read: JSON Schema leaves its meaning undefined (a validator recurses without "
+                   "end); halter accepts the values the cycle's other alternatives allow (none if it has none)")
+            if msg not in self.warnings:
+                self.warnings.append(msg)
+                warnings.warn(msg, SchemaWarning, stacklevel=4)
 
     # ------------------------------------------------------------------------------------------
     def visit(self, schema: Any, ptr: str, base: str) -> Expr | None:
@@ -180,6 +199,7 @@ class Converter:
         if key in self._building:
             if self._building[key] is None:
                 self._building[key] = self.rules.reserve(self.hint(ptr))
+                self.rule_pointers[self._building[key]] = "#" + ptr
             return RuleRef(self._building[key])
         self._building[key] = None
         try:
@@ -343,6 +363,7 @@ class Converter:
             return self.ref_rules[key]
         name = self.rules.reserve(self.hint(tptr) if tptr else "root-ref")
         self.ref_rules[key] = RuleRef(name)
+        self.rule_pointers[name] = (tbase if tbase != DEFAULT_BASE else "") + "#" + tptr
         expr = self.visit(target, tptr, tbase)
         self.rules.define(name, expr if expr is not None else NEVER)
         return RuleRef(name) if expr is not None else None

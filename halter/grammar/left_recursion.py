@@ -1,0 +1,109 @@
+"""Rules that can reach themselves before reading anything: left recursion through empty prefixes.
+
+``a ::= a | "x"`` or ``a ::= b``, ``b ::= ""? a`` call themselves again before a character is read.
+halter's Earley parser reads them by their least fixed point (``a`` is ``"x"``; ``d ::= d`` matches
+nothing), but other tools do not agree on them: llama.cpp refuses them, and a JSON Schema validator
+recurses without end on the ``$ref`` cycles they come from. Callers warn about them.
+
+Everything here is iterative (a syntax tree nests as deep as ``limits.nesting_depth``, and a rule
+graph can be a chain of thousands of rules).
+"""
+from __future__ import annotations
+
+from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq
+from halter.grammar.graphs import strongly_connected_components
+
+
+def _children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Seq):
+        return e.items
+    if isinstance(e, Alt):
+        return e.options
+    if isinstance(e, Repeat):
+        return (e.expr,)
+    return ()
+
+
+def _nullable_map(e: Expr, empty_rules: set[str]) -> dict[int, bool]:
+    """``id(sub-expression) -> whether it can match ""``, for every sub-expression of ``e``."""
+    out: dict[int, bool] = {}
+    stack = [e]
+    while stack:
+        x = stack[-1]
+        if id(x) in out:
+            stack.pop()
+            continue
+        kids = _children(x)
+        pending = [k for k in kids if id(k) not in out]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        if isinstance(x, Literal):
+            out[id(x)] = x.text == ""
+        elif isinstance(x, RuleRef):
+            out[id(x)] = x.name in empty_rules
+        elif isinstance(x, Seq):
+            out[id(x)] = all(out[id(k)] for k in kids)
+        elif isinstance(x, Alt):
+            out[id(x)] = any(out[id(k)] for k in kids)
+        elif isinstance(x, Repeat):
+            out[id(x)] = x.min == 0 or out[id(x.expr)]
+        else:                                       # a character, a class, a token
+            out[id(x)] = False
+    return out
+
+
+def nullable_rules(rules: dict[str, Expr]) -> set[str]:
+    """The rules that can match the empty string."""
+    users: dict[str, set[str]] = {}
+    for name, body in rules.items():
+        stack = [body]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, RuleRef):
+                users.setdefault(x.name, set()).add(name)
+            stack.extend(_children(x))
+    empty: set[str] = set()
+    todo = list(rules)
+    while todo:
+        name = todo.pop()
+        if name in empty or not _nullable_map(rules[name], empty)[id(rules[name])]:
+            continue
+        empty.add(name)
+        todo.extend(u for u in users.get(name, ()) if u not in empty)
+    return empty
+
+
+def _first_calls(body: Expr, empty: set[str]) -> set[str]:
+    """Rules ``body`` can call before it has read a character."""
+    nullable = _nullable_map(body, empty)
+    out: set[str] = set()
+    stack = [body]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, RuleRef):
+            out.add(x.name)
+        elif isinstance(x, Seq):
+            for item in x.items:
+                stack.append(item)
+                if not nullable[id(item)]:
+                    break
+        elif isinstance(x, Alt):
+            stack.extend(x.options)
+        elif isinstance(x, Repeat) and x.max != 0:
+            stack.append(x.expr)
+    return out
+
+
+def left_recursive_rules(rules: dict[str, Expr]) -> list[list[str]]:
+    """The cycles of rules that call each other before reading a character: each strongly
+    connected component of that call graph that has a cycle, its rules in the grammar's order."""
+    empty = nullable_rules(rules)
+    first = {name: _first_calls(body, empty) & rules.keys() for name, body in rules.items()}
+    order = {name: i for i, name in enumerate(rules)}
+    cycles = []
+    for comp in strongly_connected_components(list(rules), lambda n: first[n]):
+        if len(comp) > 1 or comp[0] in first[comp[0]]:
+            cycles.append(sorted(comp, key=order.__getitem__))
+    return sorted(cycles, key=lambda c: order[c[0]])

@@ -1,0 +1,85 @@
+"""Left recursion through empty prefixes: found on syntax trees, and warned about in JSON Schemas,
+whose ``$ref`` cycles that read nothing JSON Schema leaves undefined."""
+from __future__ import annotations
+
+import warnings
+
+import jsonschema
+import pytest
+
+from halter import Grammar
+from halter.errors import SchemaWarning
+from halter.grammar.gbnf_parser import parse_gbnf
+from halter.grammar.left_recursion import left_recursive_rules, nullable_rules
+
+
+def _rules(text: str) -> dict:
+    return parse_gbnf(text).rules
+
+
+@pytest.mark.parametrize("text, cycles", [
+    ('root ::= a\na ::= a "x" | "y"', [["a"]]),
+    ('root ::= a\na ::= "x"? a "y" | "z"', [["a"]]),                   # through an optional prefix
+    ('root ::= a\na ::= b "x" | "y"\nb ::= e a\ne ::= "" | "q"', [["a", "b"]]),  # through an empty rule
+    ('root ::= a\na ::= "x" a | "y"', []),                               # reads "x" first
+    ('root ::= a\na ::= ("x" | "") "w" a | "y"', []),                    # "w" is always read first
+    ('root ::= root', [["root"]]),
+])
+def test_cycles_that_read_nothing_are_found(text: str, cycles: list) -> None:
+    assert left_recursive_rules(_rules(text)) == cycles
+
+
+def test_nullable_rules() -> None:
+    rules = _rules('root ::= a b\na ::= "x"*\nb ::= a a | "y"\nc ::= "z" a')
+    assert nullable_rules(rules) == {"root", "a", "b"}
+
+
+def test_a_chain_of_thousands_of_rules() -> None:
+    n = 3000
+    text = "root ::= r0\n" + "".join(f'r{i} ::= r{i + 1} | "x"\n' for i in range(n)) + f"r{n} ::= r0\n"
+    cycles = left_recursive_rules(_rules(text))
+    assert len(cycles) == 1 and len(cycles[0]) == n + 1
+
+
+def _convert(schema: dict) -> tuple[Grammar, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g = Grammar.from_json_schema(schema, whitespace="compact")
+    return g, [str(w.message) for w in caught if issubclass(w.category, SchemaWarning)]
+
+
+def _jsonschema_recurses(schema: dict, instance: object) -> bool:
+    try:
+        jsonschema.Draft202012Validator(schema).is_valid(instance)
+    except RecursionError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("schema, accepted, refused, where", [
+    ({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "integer"}]}}, "$ref": "#/$defs/a"},
+     ["1"], ['"s"', "null"], "#/$defs/a"),
+    ({"$defs": {"d": {"$ref": "#/$defs/d"}}, "anyOf": [{"$ref": "#/$defs/d"}, {"type": "null"}]},
+     ["null"], ["1"], "#/$defs/d"),
+    ({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "integer"}]},
+                "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "string"}]}}, "$ref": "#/$defs/a"},
+     ["1", '"s"'], ["null"], "#/$defs/b"),
+    ({"anyOf": [{"$ref": "#"}, {"type": "boolean"}]}, ["true"], ["1"], "#"),
+])
+def test_a_ref_cycle_that_reads_nothing_is_warned_about(schema, accepted, refused, where) -> None:
+    g, said = _convert(schema)
+    assert len(said) == 1 and where in said[0] and "undefined" in said[0]
+    assert all(g.matches(t) for t in accepted) and not any(g.matches(t) for t in refused)
+    assert _jsonschema_recurses(schema, 1)          # what "undefined" means in practice
+    _, again = _convert(schema)                     # a cache hit warns again
+    assert again == said
+
+
+@pytest.mark.parametrize("schema", [
+    {"properties": {"x": {"$ref": "#"}}},                                          # reads "{" first
+    {"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}}, "$ref": "#/$defs/t"},
+    {"$defs": {"n": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}]}},
+     "$ref": "#/$defs/n"},
+])
+def test_recursion_through_values_is_not_warned_about(schema) -> None:
+    assert _convert(schema)[1] == []
