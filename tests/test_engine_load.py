@@ -185,3 +185,24 @@ def test_random_model_vocab_must_be_a_gguf_tokenizer(tmp_path) -> None:
     bad.write_bytes(b"nope")
     with pytest.raises(ValueError, match="not.gguf"):
         build_tiny_gguf(tmp_path / "m.gguf", vocab=bad)
+
+
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_K"])
+def test_packing_on_several_threads_gives_the_same_model(tiny_gguf_dir: str, dtype: str) -> None:
+    """Layers are packed one per thread (torch's own pool set to one thread meanwhile): the packed
+    weights are the same whatever the thread count, torch's thread count is what was asked for
+    afterwards, and no packing thread is left behind."""
+    import threading
+    path = tiny_path(tiny_gguf_dir, "llama", dtype)
+    before = torch.get_num_threads()
+    try:
+        two = Model.load(path, device="cpu", n_ctx=16, progress=False, n_threads=2)
+        assert torch.get_num_threads() == 2
+        assert not [t for t in threading.enumerate() if t.name.startswith("halter-pack")]
+        one = Model.load(path, device="cpu", n_ctx=16, progress=False, n_threads=1)
+        a, b = dict(two.net.named_buffers()), dict(one.net.named_buffers())
+        assert a.keys() == b.keys() and any(k.endswith("packed0") for k in a)
+        for name in a:
+            assert torch.equal(a[name], b[name]), name
+    finally:
+        torch.set_num_threads(before)
