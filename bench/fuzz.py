@@ -8,9 +8,10 @@
 
 Each campaign generates cases from a seed (the same seed, the same cases) and runs them in a
 worker subprocess under ``resource`` limits: address space (``--memory-mb``) and CPU time per
-case (``--cpu-s``, through ``RLIMIT_CPU``), plus a wall-clock timeout (``--timeout-s``; past it a
-worker that has not used its CPU time yet, starved by a loaded machine, is given up to ten times
-as long). One worker runs case after case; a worker that dies or hangs is replaced and the case
+case (``--cpu-s``, through ``RLIMIT_CPU``; torch runs one thread, ``OMP_NUM_THREADS=1``, so that CPU
+time is the case's work and not threads spinning at barriers beside other busy workers), plus a
+wall-clock timeout (``--timeout-s``; past it a worker that has not used its CPU time yet, starved
+by a loaded machine, is given up to ten times as long). One worker runs case after case; a worker that dies or hangs is replaced and the case
 counted. Verdicts:
 
 - ``ok``: the input was accepted, or refused with a ``HalterError`` (the promise);
@@ -344,6 +345,10 @@ class Worker:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
         if cache_dir:                               # the cases' compiled grammars stay out of the user's cache
             env["HALTER_CACHE_DIR"] = cache_dir
+        # one torch thread: threads of a parallel op spin at its barrier while a teammate is
+        # descheduled, so beside other busy workers a tiny model's 64 tokens could use 20 s of CPU
+        # (a "hang" that measures the machine's contention, not the case's work)
+        env.setdefault("OMP_NUM_THREADS", "1")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", campaign,
                                       "--cpu-s", str(cpu_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, preexec_fn=limits, env=env)
