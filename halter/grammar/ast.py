@@ -123,6 +123,17 @@ def alt(*options: Expr) -> Expr:
     return flat[0] if len(flat) == 1 else Alt(tuple(flat))
 
 
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """The sub-expressions directly inside ``expr`` (none for a literal, class, reference or token)."""
+    if isinstance(expr, Seq):
+        return expr.items
+    if isinstance(expr, Alt):
+        return expr.options
+    if isinstance(expr, Repeat):
+        return (expr.expr,)
+    return ()
+
+
 def rule_refs(expr: Expr, distinct: bool = False) -> Iterable[RuleRef]:
     """Every rule reference inside ``expr`` (iterative: any nesting depth), once per occurrence.
 

@@ -10,18 +10,8 @@ graph can be a chain of thousands of rules).
 """
 from __future__ import annotations
 
-from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq
+from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq, children
 from halter.grammar.graphs import strongly_connected_components
-
-
-def _children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, Seq):
-        return e.items
-    if isinstance(e, Alt):
-        return e.options
-    if isinstance(e, Repeat):
-        return (e.expr,)
-    return ()
 
 
 def _nullable_map(e: Expr, empty_rules: set[str]) -> dict[int, bool]:
@@ -33,7 +23,7 @@ def _nullable_map(e: Expr, empty_rules: set[str]) -> dict[int, bool]:
         if id(x) in out:
             stack.pop()
             continue
-        kids = _children(x)
+        kids = children(x)
         pending = [k for k in kids if id(k) not in out]
         if pending:
             stack.extend(pending)
@@ -63,7 +53,7 @@ def nullable_rules(rules: dict[str, Expr]) -> set[str]:
             x = stack.pop()
             if isinstance(x, RuleRef):
                 users.setdefault(x.name, set()).add(name)
-            stack.extend(_children(x))
+            stack.extend(children(x))
     empty: set[str] = set()
     todo = list(rules)
     while todo:

@@ -13,7 +13,7 @@ the new rules exist only in the automata (named ``<rule>--split-<n>``).
 """
 from __future__ import annotations
 
-from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq, alt, seq
+from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq, alt, children, seq
 
 LITERAL_CHUNK = 4096        # characters of a literal per rule
 ALT_CHUNK = 64              # options of an alternation per rule
@@ -53,15 +53,6 @@ def split_repeats(rules: dict[str, Expr], name: str) -> dict[str, Expr]:
         return seq(*([body] * expr.min), RuleRef(loop))
 
     # post-order without recursion: a rule may nest as deep as the limits allow
-    def children(expr: Expr) -> tuple[Expr, ...]:
-        if isinstance(expr, Seq):
-            return expr.items
-        if isinstance(expr, Alt):
-            return expr.options
-        if isinstance(expr, Repeat):
-            return (expr.expr,)
-        return ()
-
     done: list[Expr] = []
     stack: list[tuple[Expr, bool]] = [(rules[name], False)]
     while stack:
