@@ -10,7 +10,7 @@ graph can be a chain of thousands of rules).
 """
 from __future__ import annotations
 
-from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq, children
+from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq, children, rule_refs
 from halter.grammar.graphs import strongly_connected_components
 
 
@@ -48,12 +48,8 @@ def nullable_rules(rules: dict[str, Expr]) -> set[str]:
     """The rules that can match the empty string."""
     users: dict[str, set[str]] = {}
     for name, body in rules.items():
-        stack = [body]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, RuleRef):
-                users.setdefault(x.name, set()).add(name)
-            stack.extend(children(x))
+        for ref in rule_refs(body, distinct=True):
+            users.setdefault(ref.name, set()).add(name)
     empty: set[str] = set()
     todo = list(rules)
     while todo:
@@ -69,9 +65,13 @@ def _first_calls(body: Expr, empty: set[str]) -> set[str]:
     """Rules ``body`` can call before it has read a character."""
     nullable = _nullable_map(body, empty)
     out: set[str] = set()
+    seen: set[int] = set()            # a sub-expression shared by several parents is looked into once
     stack = [body]
     while stack:
         x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
         if isinstance(x, RuleRef):
             out.add(x.name)
         elif isinstance(x, Seq):

@@ -141,11 +141,14 @@ class Converter:
         if self.strict:
             raise UnsupportedSchemaError(f"{keyword!r} cannot be enforced by a grammar: {why}",
                                          where, keyword)
-        msg = f"{keyword!r} at {where} ignored: {why}"
-        if msg in self.warnings:    # e.g. a $ref'd definition is converted once per use
+        self.warn(f"{keyword!r} at {where} ignored: {why}")
+
+    def warn(self, msg: str) -> None:
+        """A ``SchemaWarning``, once per conversion (a $ref'd definition is converted once per use)."""
+        if msg in self.warnings:
             return
         self.warnings.append(msg)
-        warnings.warn(msg, SchemaWarning, stacklevel=4)
+        warnings.warn(msg, SchemaWarning, stacklevel=5)
 
     def convert(self) -> dict[str, Expr]:
         root_name = self.rules.reserve("root")
@@ -168,12 +171,10 @@ class Converter:
             where = [self.rule_pointers[n] for n in cycle if n in self.rule_pointers]
             if not where:
                 continue
-            msg = (f"the $ref cycle through {', '.join(dict.fromkeys(where))} reaches itself before any JSON "
-                   "text is read: JSON Schema leaves its meaning undefined (a validator recurses without "
-                   "end); halter accepts the values the cycle's other alternatives allow (none if it has none)")
-            if msg not in self.warnings:
-                self.warnings.append(msg)
-                warnings.warn(msg, SchemaWarning, stacklevel=4)
+            self.warn(f"the $ref cycle through {', '.join(dict.fromkeys(where))} reaches itself before any "
+                      "JSON text is read: JSON Schema leaves its meaning undefined (a validator recurses "
+                      "without end); halter accepts the values the cycle's other alternatives allow (none if "
+                      "it has none)")
 
     # ------------------------------------------------------------------------------------------
     def visit(self, schema: Any, ptr: str, base: str) -> Expr | None:
