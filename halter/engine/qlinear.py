@@ -11,7 +11,10 @@ three kernels, picked per device and type (``pick_kernel``):
 * ``"bf16"`` (CPU; Q6_K): decoded once, at load, to a bfloat16 matrix (2 bytes a value, 2.4x
   the file's 6.56 bits): its sub-blocks of 16 values have no exact int4 form of fewer than four
   terms, and decoding 6-bit blocks at every call costs more than the product.
-* ``"dequant"`` (CUDA; and the CPU for Q2_K, Q3_K, whose 2- and 3-bit codes would grow 5-6x in
+* ``"int4"`` on CUDA (compute capability 8.0 or later; the same types and terms): packed for
+  torch's tinygemm kernel ``torch.ops.aten._weight_int4pack_mm`` (bfloat16 in and out), the
+  terms' products summed in float32 where there are two.
+* ``"dequant"`` (CUDA for Q6_K and the 2-, 3-bit types, or before 8.0; the CPU for Q2_K, Q3_K, whose 2- and 3-bit codes would grow 5-6x in
   any other form): the raw blocks stay as they are in the file; each call dequantizes them into a
   buffer shared by every layer with the same weight size and multiplies in the compute dtype.
 
@@ -41,16 +44,33 @@ def int4_available() -> bool:
         hasattr(torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
 
 
+def int4_cuda_available(device: torch.device) -> bool:
+    """Whether torch's tinygemm int4 kernel runs on ``device`` (NVIDIA, compute capability >= 8.0,
+    torch >= 2.5, whose packing takes ``uint8 [N, K/2]``)."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
+    if torch.torch_version.TorchVersion(torch.__version__) < (2, 5):
+        return False
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm") and \
+        torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None) -> str:
-    """The CPU kernel of ``part``'s type (``"int4"`` needs rows a multiple of 16), else ``"dequant"``.
+    """The kernel for ``part``'s type on ``device`` (``"int4"`` needs rows a multiple of 16 on
+    the CPU, of 8 on CUDA), else ``"dequant"``.
 
     On the CPU: ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
     5-bit types (1.8x: their second term spends four bits on each one-bit plane, the price of an
     exact form the fast kernel takes); ``"bf16"`` for Q6_K (2.4x); ``"dequant"`` for Q2_K, Q3_K.
     """
+    rows = part.shape[0] if rows is None else rows          # (of the group ``part`` heads)
+    if device.type == "cuda":
+        if part.type_name in INT4_DEFAULT and rows % 8 == 0 and part.shape[1] % INT4_GROUP == 0 \
+                and int4_cuda_available(device):
+            return "int4"
+        return "dequant"
     if device.type != "cpu":
         return "dequant"
-    rows = part.shape[0] if rows is None else rows          # (of the group ``part`` heads)
     if part.type_name in INT4_DEFAULT and rows % 16 == 0 and part.shape[1] % INT4_GROUP == 0 \
             and int4_available():
         return "int4"
@@ -172,6 +192,49 @@ class _Int4Part(nn.Module):
         return y
 
 
+class _CudaInt4Part(nn.Module):
+    """Row parts of one type packed for torch's CUDA tinygemm kernel, one tensor per int4 term.
+
+    The kernel's packing takes ``uint8 [N, K/2]`` with value ``2j`` in the high nibble of byte
+    ``j`` and ``2j + 1`` in the low one; scales and offsets are the CPU path's ``[K/32, N, 2]``.
+    """
+
+    def __init__(self, parts: Sequence[QuantTensor], device: torch.device) -> None:
+        super().__init__()
+        N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
+        inner = 8 if K % 128 == 0 else 4 if K % 64 == 0 else 2     # k-tiles of 16 per load
+        nibbles: list[torch.Tensor] = []
+        sz: list[torch.Tensor] = []
+        base = 0
+        for q in parts:
+            for start in range(0, q.shape[0], _PACK_ROWS):
+                end = min(start + _PACK_ROWS, q.shape[0])
+                for t, (codes, scale, zero) in enumerate(q.int4_terms(start, end)):
+                    if t == len(nibbles):
+                        nibbles.append(torch.empty((N, K // 2), dtype=torch.uint8, device=device))
+                        sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16, device=device))
+                    c = codes.to(device)
+                    nibbles[t][base + start:base + end] = (c[:, 0::2] << 4) | c[:, 1::2]
+                    sz[t][:, base + start:base + end, 0] = scale.t().to(device)
+                    sz[t][:, base + start:base + end, 1] = zero.t().to(device)
+                release_pages(q.row_slice(start, end))
+            base += q.shape[0]
+        self.n_terms = len(nibbles)
+        for t in range(self.n_terms):
+            self.register_buffer(f"packed{t}", torch.ops.aten._convert_weight_to_int4pack(nibbles[t], inner),
+                                 persistent=False)
+            self.register_buffer(f"sz{t}", sz[t], persistent=False)
+        self.out_features = N
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        xb = x2.to(torch.bfloat16).contiguous()
+        mm = torch.ops.aten._weight_int4pack_mm
+        y = mm(xb, self.packed0, INT4_GROUP, self.sz0)
+        if self.n_terms > 1:
+            y = y.float().add_(mm(xb, self.packed1, INT4_GROUP, self.sz1))
+        return y
+
+
 class _Bf16Part(nn.Module):
     """One row part decoded once to a bfloat16 matrix; products in bfloat16, returned as float32."""
 
@@ -241,6 +304,8 @@ class QLinear(nn.Module):
 
 
 def _make_part(group: list[QuantTensor], kernel: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    if kernel == "int4" and device.type == "cuda":
+        return _CudaInt4Part(group, device)
     if kernel == "int4" and all(p.shape[0] % 64 == 0 for p in group[:-1]):
         return _Int4Part(group)                    # packed part by part into one result
     q = group[0] if len(group) == 1 else QuantTensor.cat(group)
