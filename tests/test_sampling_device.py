@@ -74,3 +74,37 @@ def test_from_params_refuses_samplers_it_lacks():
         DeviceSampler.from_params(SamplingParams(samplers="temperature;top_k"))
     with pytest.raises(TypeError, match="floating point"):
         DeviceSampler().sample(torch.zeros(3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("temperature", [0.8, 0.0])
+def test_one_pass_resample_on_reject_draws_what_two_passes_draw(temperature: float):
+    # the CUDA grammar path samples the raw and the masked row in one pass; the stream must end
+    # where drawing, checking and redrawing one by one leaves it, token for token
+    rng = np.random.default_rng(5)
+    V, n_text = 300, 290                         # a padded vocabulary: columns past the tokenizer's
+    one, two = (DeviceSampler(seed=11, temperature=temperature, top_k=20) for _ in range(2))
+    rejected = 0
+    for _ in range(60):
+        logits = torch.from_numpy(rng.standard_normal(V).astype(np.float32) * 3)
+        allowed = np.zeros(n_text, dtype=bool)
+        allowed[rng.choice(n_text, size=int(rng.integers(1, 200)), replace=False)] = True
+        bitmask = bool_to_bitmask(allowed)
+        raw, redrawn, ok = one.sample_checked(logits, bitmask, n_text)
+        expected = int(two.sample(logits))
+        if expected < n_text and allowed[expected]:
+            assert raw == expected
+            one.commit_draws(1)
+            continue
+        rejected += 1
+        masked = logits[:n_text].clone()
+        expected = int(two.sample(masked, torch.from_numpy(bitmask)))
+        assert (raw, redrawn, ok) == (raw, expected, True) and not (raw < n_text and allowed[raw])
+        one.commit_draws(2)
+    assert rejected > 10
+
+
+def test_one_pass_resample_reports_a_mask_that_leaves_nothing():
+    logits = torch.tensor([0.0, float("-inf"), 1.0, 2.0])
+    bitmask = bool_to_bitmask(np.array([False, True, False, False]))
+    raw, _, ok = DeviceSampler(seed=1).sample_checked(logits, bitmask, 4)
+    assert raw in (0, 2, 3) and ok is False

@@ -63,6 +63,18 @@ def sample_on_device(ds: DeviceSampler, logits: torch.Tensor, common: Any, gramm
     if grammar is None:
         return int(ds.sample(logits))
     n_text = grammar.vocab_size
+    if not grammar_first and bitmask is not None and ds.rng == "llama":
+        # the mask is ready (computed while the forward pass ran): both draws in one pass, so a
+        # rejected token costs no second round trip; the stream advances as if drawn one by one
+        raw, redrawn, ok = ds.sample_checked(logits, bitmask, n_text)
+        if _allowed(raw, bitmask, n_text):
+            ds.commit_draws(1)
+            return raw
+        common.n_resampled += 1
+        ds.commit_draws(2)
+        if not ok:
+            raise NoValidTokenError("the grammar allows no token with a finite logit here")
+        return redrawn
     if not grammar_first:
         token = int(ds.sample(logits))
         if bitmask is not None:
@@ -75,7 +87,7 @@ def sample_on_device(ds: DeviceSampler, logits: torch.Tensor, common: Any, gramm
         bitmask = allocate_bitmask(1, n_text)[0]
         bitmask.fill(-1)
         grammar.matcher.fill_bitmask(bitmask)
-    mask = torch.from_numpy(np.ascontiguousarray(bitmask)).to(logits.device, non_blocking=True)
+    mask = ds.to_device(np.ascontiguousarray(bitmask, dtype=np.int32), logits.device)
     row = logits[:n_text] if logits.shape[-1] > n_text else logits
     token = int(ds.sample(row, mask))
     if not _allowed(token, bitmask, n_text) or not torch.isfinite(row[token]).item():

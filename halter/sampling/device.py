@@ -56,6 +56,7 @@ class DeviceSampler:
         self.rng = rng
         self._streams: list[Mt19937] = []
         self._generator: torch.Generator | None = None
+        self._pinned: dict[tuple, tuple[torch.Tensor, Any]] = {}
 
     @classmethod
     def from_params(cls, params: SamplingParams, *, rng: str = "llama") -> "DeviceSampler":
@@ -92,11 +93,27 @@ class DeviceSampler:
                 self._generator = torch.Generator(device=device)
                 self._generator.manual_seed(self.seed)
             return torch.rand(batch, generator=self._generator, device=device, dtype=torch.float64)
-        while len(self._streams) < batch:
-            self._streams.append(Mt19937((self.seed + len(self._streams)) & 0xFFFFFFFF))
+        self._stream(batch - 1)
         # llama.cpp's dist draws once per step whatever is left, so nothing is read back
         u = np.array([s.uniform_double() for s in self._streams[:batch]], dtype=np.float64)
-        return torch.from_numpy(u).to(device, non_blocking=True)
+        return self.to_device(u, device)
+
+    def to_device(self, arr: np.ndarray, device: torch.device) -> torch.Tensor:
+        """``arr`` as a tensor on ``device``. To CUDA through a pinned buffer this sampler reuses: a
+        copy from pageable memory would wait for the stream (the forward pass still running), so
+        the sampling kernels would launch only after it instead of queueing behind it."""
+        if device.type != "cuda":
+            return torch.from_numpy(np.array(arr, copy=True)).to(device)
+        key = (arr.dtype.str, arr.shape, device)
+        slot = self._pinned.get(key)
+        if slot is None:
+            slot = self._pinned[key] = (torch.from_numpy(np.empty_like(arr)).pin_memory(), torch.cuda.Event())
+        host, copied = slot
+        copied.synchronize()                   # the previous copy out of this buffer has finished
+        host.numpy()[...] = arr
+        out = host.to(device, non_blocking=True)
+        copied.record()
+        return out
 
     def reset(self) -> None:
         self._streams.clear()
@@ -115,6 +132,48 @@ class DeviceSampler:
         if bitmask is not None:
             bm = bitmask if not isinstance(bitmask, np.ndarray) else torch.from_numpy(np.ascontiguousarray(bitmask))
             apply_bitmask(x, bm.unsqueeze(0) if bm.dim() == 1 else bm)
+        tokens, ids, probs = self._chain(x, lambda B, kept: self._uniform(B, x.device, kept))
+        if single:
+            tokens, ids, probs = tokens[0], ids[0], probs[0]
+        if return_candidates:
+            return DeviceResult(tokens=tokens, ids=ids, probs=probs)
+        return tokens
+
+    @torch.no_grad()
+    def sample_checked(self, logits: torch.Tensor, bitmask: np.ndarray, vocab_size: int) -> tuple[int, int, bool]:
+        """llama.cpp's resample-on-reject for one ``[V]`` row, both draws in one pass and one copy.
+
+        Returns ``(raw, redrawn, redrawn_ok)``: the token drawn from the raw logits, the token the
+        redraw after a rejection gives (the logits masked by ``bitmask``, the stream's next draw),
+        and whether that token's masked logit is finite. Nothing is drawn from the row's stream:
+        the caller commits one draw (``raw`` kept) or two (``commit_draws``). Needs ``rng="llama"``.
+        """
+        if self.rng != "llama":
+            raise ValueError("DeviceSampler.sample_checked needs rng='llama'")
+        x = logits.to(torch.float32).unsqueeze(0).repeat(2, 1)
+        mask = self.to_device(np.ascontiguousarray(bitmask, dtype=np.int32), x.device)
+        apply_bitmask(x[1:], mask.unsqueeze(0), vocab_size=vocab_size)      # row 1, in place
+        peek = self._stream(0).copy()
+        u = self.to_device(np.array([peek.uniform_double(), peek.uniform_double()]), x.device)
+        tokens, _, _ = self._chain(x, lambda B, kept: u)
+        ok = torch.isfinite(x[1].gather(0, tokens[1:])).long()
+        raw, redrawn, finite = torch.cat([tokens, ok]).tolist()    # the one device -> host copy
+        return raw, redrawn, bool(finite)
+
+    def commit_draws(self, n: int) -> None:
+        """Advance row 0's stream by ``n`` draws (after ``sample_checked``); greedy draws none."""
+        if self.temperature > 0:
+            stream = self._stream(0)
+            for _ in range(n):
+                stream.uniform_double()
+
+    def _stream(self, row: int) -> Mt19937:
+        while len(self._streams) <= row:
+            self._streams.append(Mt19937((self.seed + len(self._streams)) & 0xFFFFFFFF))
+        return self._streams[row]
+
+    def _chain(self, x: torch.Tensor, uniform) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """top-k, top-p, min-p, temperature, dist (or greedy) on float32 ``[B, V]`` logits (modified)."""
         B, V = x.shape
         k = V if self.top_k <= 0 else min(self.top_k, V)
         vals, ids = torch.topk(x, k, dim=-1, sorted=True)  # fixed [B, k]
@@ -135,11 +194,6 @@ class DeviceSampler:
             vals = vals / np.float32(self.temperature)
             probs = torch.softmax(vals, dim=-1)
             cum = torch.cumsum(probs.to(torch.float64), dim=-1)
-            target = self._uniform(B, x.device, keep.sum(dim=-1)) * cum[:, -1]
+            target = uniform(B, keep.sum(dim=-1)) * cum[:, -1]
             choice = (cum < target.unsqueeze(-1)).sum(dim=-1).clamp_(max=k - 1)
-        tokens = ids.gather(1, choice.unsqueeze(-1)).squeeze(-1)
-        if single:
-            tokens, ids, probs = tokens[0], ids[0], probs[0]
-        if return_candidates:
-            return DeviceResult(tokens=tokens, ids=ids, probs=probs)
-        return tokens
+        return ids.gather(1, choice.unsqueeze(-1)).squeeze(-1), ids, probs
