@@ -1,6 +1,8 @@
 """The static-shape decode step: same logits and generations as eager, compiled and captured."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -258,3 +260,18 @@ def test_cuda_graph_generations_equal_eager_on_cuda(tiny_gguf_dir: str) -> None:
                 Request([97, 98], max_tokens=20, seed=3, grammar=GRAMMAR, sampling_fields={"temperature": 1.0})]
     a, b = eager.generate_batch(requests), graph.generate_batch(requests)
     assert [(r.tokens, r.finish_reason) for r in b] == [(r.tokens, r.finish_reason) for r in a]
+
+
+@cuda
+def test_compiled_step_captured_as_a_cuda_graph_equals_eager(tiny_gguf_dir: str) -> None:
+    path = tiny_path(tiny_gguf_dir, "llama", "F32")
+    eager = Model.load(path, device="cuda", dtype="f32", n_ctx=64, n_seq_max=2, progress=False, decode="eager")
+    fused = Model.load(path, device="cuda", dtype="f32", n_ctx=64, n_seq_max=2, progress=False, decode="eager")
+    fused.set_decode("cuda-graph", backend="inductor")
+    for m in (eager, fused):
+        m.eval_prompt(_tokens(9, 1), 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)        # a failed capture falls back with a warning
+        for step in range(4):
+            assert _close(fused.decode([[3 + step]], [0]), eager.decode([[3 + step]], [0]))
+    assert hasattr(fused._static.steps[1, 64], "graph")

@@ -280,7 +280,8 @@ class Model:
         ``halter.engine.static_decode``'s fixed-shape step (attention over a span bucket of cells:
         powers of two from ``min_span``, and ``n_ctx``); ``"compile"`` compiles it with
         ``torch.compile(backend=backend or "inductor")``, ``"cuda-graph"`` captures one CUDA
-        graph per (batch, span) bucket on first use. Prompt chunks of several tokens and
+        graph per (batch, span) bucket on first use (with a ``backend``, of the step compiled
+        with it: inductor fuses the elementwise work into fewer kernels). Prompt chunks of several tokens and
         ``all_logits`` calls always run eagerly. Previously compiled steps or graphs are dropped.
         """
         resolved = resolve_mode(mode, self.device)

@@ -131,7 +131,8 @@ class StaticDecoder:
     """Runs ``Model.decode``'s one-token steps through ``StaticStep``s in one of the static modes.
 
     ``mode``: ``"static"`` (the step as is), ``"compile"`` (``torch.compile`` with ``backend``,
-    default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed).
+    default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
+    ``backend``, the step compiled with it is what is captured: fused kernels, fewer launches).
     ``min_span`` is the smallest attention span bucket.
     """
 
@@ -144,7 +145,7 @@ class StaticDecoder:
         self.spans = span_sizes(cache.n_ctx, min_span)
         self.steps: dict[tuple[int, int], StaticStep] = {}
         self._compiled: Any = None
-        if mode == "compile":
+        if mode == "compile" or (mode == "cuda-graph" and backend is not None):
             self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
                                            backend="inductor" if backend is None else backend)
         self._pool: Any = None
@@ -159,7 +160,7 @@ class StaticDecoder:
         st = self.steps.get((B, span))
         if st is None:
             st = StaticStep(self.net, self.rope, self.cache, B, span)
-            if self.mode == "compile":
+            if self._compiled is not None:
                 compiled = self._compiled
                 args = (self.net, self.rope, self.cache.k, self.cache.v, self.cache.pos,
                         st.inputs, st.rows, st.logits, span)
@@ -168,7 +169,9 @@ class StaticDecoder:
                 with torch._dynamo.config.patch(recompile_limit=limit):
                     compiled(*args)          # compile now: every row inactive, the cache is unchanged
                 st.run = lambda: compiled(*args)
-            elif self.mode == "cuda-graph":
+                if self.mode == "cuda-graph":
+                    st.forward = st.run      # type: ignore[method-assign] - the compiled step is captured
+            if self.mode == "cuda-graph":
                 st.run = self._capture_checked(st)
             self.steps[B, span] = st
         return st
