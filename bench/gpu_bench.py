@@ -8,7 +8,11 @@ loads it in bf16 on CUDA, and prints markdown tables:
    step (weights + the KV cache attended) over the step time, as a fraction of the device-to-device
    copy bandwidth measured in the same run (the memory-bandwidth bound of a decode step);
 2. ``halter.generate`` with a JSON schema vs without one, same prompt and length, tokens/s;
-3. sampling on the device vs the host chain: tokens that agree over seeded generations.
+3. sampling on the device vs the host chain: tokens that agree over seeded generations;
+4. where a batch-1 step's time goes (torch profiler: kernels per step, kernel time);
+5. with ``--quant TYPE``: the same model quantized (weights kept quantized on the GPU: tinygemm
+   int4 terms, or dequantized just in time per matrix): GPU memory and decode speed against bf16;
+6. with ``--compile``: the batch-1 step compiled by inductor and captured as a CUDA graph.
 
 Run by hand: python bench/gpu_bench.py [--decode 64] [--repeats 3] [--out FILE]
 """
@@ -20,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 
 import torch
 
@@ -32,6 +37,10 @@ from halter.engine import build_tiny_gguf
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def gpu_memory() -> int:
+    return torch.cuda.memory_allocated() if torch.cuda.is_available() else 0
 
 
 def median_s(fn, repeats: int) -> float:
@@ -80,32 +89,123 @@ def decode_table(model: Model, args: argparse.Namespace, out) -> None:
                 f"{read / copy_bw:.2f} | {eager / step:.2f} |")
 
 
+def profile_table(model: Model, args: argparse.Namespace, out) -> None:
+    from torch.profiler import ProfilerActivity, profile
+    prompt = list(range(10, 10 + args.prompt))
+    steps = 8
+    out(f"\n## where a batch-1 step's time goes (torch profiler over {steps} steps)")
+    out("| mode | GPU kernels per step | kernel time ms/step | largest kernels (share of kernel time) |")
+    out("|---|---:|---:|---|")
+    for mode in ("eager", "cuda-graph" if model.device.type == "cuda" else "static"):
+        run = decode_steps(with_mode(model, mode), prompt, 1, steps)
+        run()
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            run()
+            sync()
+        kern = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        by_name: dict[str, float] = {}
+        for e in kern:
+            by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us()
+        total = sum(by_name.values())
+        top = sorted(by_name.items(), key=lambda kv: -kv[1])[:5]
+        desc = "; ".join(f"{n[:48]} {v / total:.0%}" for n, v in top) if total else "-"
+        out(f"| {mode} | {len(kern) / steps:.0f} | {total / steps / 1e3:.3f} | {desc} |")
+
+
+def compile_table(model: Model, args: argparse.Namespace, out) -> None:
+    prompt = list(range(10, 10 + args.prompt))
+    t = time.perf_counter()
+    compiled = with_mode(model, "cuda-graph", backend="inductor")
+    runs = {"cuda-graph": decode_steps(with_mode(model, "cuda-graph"), prompt, 1, args.decode)}
+    runs["inductor + cuda-graph"] = decode_steps(compiled, prompt, 1, args.decode)
+    runs["inductor + cuda-graph"]()                       # compile, capture
+    took = time.perf_counter() - t
+    runs["cuda-graph"]()
+    times: dict[str, list[float]] = {m: [] for m in runs}
+    for _ in range(args.repeats):
+        for m, run in runs.items():
+            times[m].append(median_s(run, 1))
+    weight_bytes = sum(t.numel() * t.element_size() for t in list(model.net.parameters()) + list(model.net.buffers()))
+    kv = 2 * model.config.n_layer * model.config.n_head_kv * model.config.head_dim * (args.prompt + args.decode // 2) * 2
+    big = torch.empty(1 << 29, dtype=torch.uint8, device=model.device)
+    copy_bw = 2 * big.numel() / median_s(lambda: big.clone(), 5)
+    del big
+    out(f"\n## batch-1 decode with the step compiled by inductor, then captured (compile + capture {took:.0f} s)")
+    out("| mode | tok/s | ms/step | fraction of bound |")
+    out("|---|---:|---:|---:|")
+    for m, ts in times.items():
+        step = statistics.median(ts) / args.decode
+        out(f"| {m} | {1 / step:.0f} | {step * 1e3:.2f} | {(weight_bytes + kv) / step / copy_bw:.2f} |")
+
+
+def quant_table(path: str, bf16: Model, args: argparse.Namespace, out) -> None:
+    sync()
+    before = gpu_memory()
+    model = Model.load(path, device=bf16.device, dtype=bf16.dtype, n_ctx=args.prompt + args.decode + 16, n_seq_max=16,
+                       progress=False)
+    sync()
+    used = gpu_memory() - before
+    dense = sum(t.numel() * t.element_size() for t in list(bf16.net.parameters()) + list(bf16.net.buffers()))
+    cache = model.cache.nbytes
+    from halter.engine.qlinear import QLinear
+    kernels: dict[str, int] = {}
+    for m in model.net.modules():
+        if isinstance(m, QLinear):
+            for k in m.kernels:
+                kernels[k] = kernels.get(k, 0) + 1
+    out(f"\n## {args.quant} weights on the GPU vs bf16 (matrix kernels: {kernels})")
+    out(f"file {os.path.getsize(path) / 1e9:.2f} GB; GPU memory taken by the load {used / 1e9:.2f} GB, of it "
+        f"{cache / 1e9:.2f} GB KV cache and {(used - cache) / 1e9:.2f} GB weights (the bf16 model's weights: "
+        f"{dense / 1e9:.2f} GB)")
+    out("| batch | mode | bf16 tok/s | quantized tok/s | quantized vs bf16 |")
+    out("|---:|---|---:|---:|---:|")
+    prompt = list(range(10, 10 + args.prompt))
+    for batch in (1, 16):
+        for mode in ("eager", "cuda-graph" if bf16.device.type == "cuda" else "static"):
+            runs = {k: decode_steps(with_mode(m, mode), prompt, batch, args.decode) for k, m in
+                    (("bf16", bf16), ("q", model))}
+            for run in runs.values():
+                run()
+            times = {k: [] for k in runs}
+            for _ in range(args.repeats):
+                for k, run in runs.items():
+                    times[k].append(median_s(run, 1))
+            tps = {k: batch * args.decode / statistics.median(v) for k, v in times.items()}
+            out(f"| {batch} | {mode} | {tps['bf16']:.0f} | {tps['q']:.0f} | {tps['q'] / tps['bf16']:.2f} |")
+    del model
+
+
 def schema_table(model: Model, args: argparse.Namespace, out) -> None:
     import halter
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
               "items": {"type": "string"}}, "n": {"type": "integer"}}, "required": ["name", "tags", "n"]}
     n = args.decode
 
-    def plain() -> int:
-        return len(model.generate("Data:", max_tokens=n, temperature=0.8, seed=1, ignore_eos=True).tokens)
+    # both on the default path (device sampling on CUDA); decode tokens/s from the call's own
+    # timings, so a document that ends early is compared per token, the prompt left out
+    def plain():
+        return model.generate("Data:", max_tokens=n, temperature=0.8, seed=1).timings
 
-    def constrained() -> int:
-        return len(halter.generate(model, "Data:", json_schema=schema, max_tokens=n, temperature=0.8,
-                                   seed=1).tokens)
+    def constrained():
+        return halter.generate(model, "Data:", json_schema=schema, max_tokens=n, temperature=0.8, seed=1).timings
     plain(), constrained()                                 # warm-up, grammar compile
-    res = {"unconstrained": [], "json schema": []}
+    res: dict[str, list[float]] = {"unconstrained": [], "json schema": []}
+    mask_share: list[float] = []
     for _ in range(args.repeats):
         for name, fn in (("unconstrained", plain), ("json schema", constrained)):
             sync()
-            t = time.perf_counter()
-            k = fn()
-            res[name].append(k / (time.perf_counter() - t))
+            tm = fn()
+            res[name].append(tm.decode_tps)
+            if name == "json schema":
+                mask_share.append(tm.mask_ms / tm.decode_ms if tm.decode_ms else 0.0)
     base = statistics.median(res["unconstrained"])
     out(f"\n## schema-constrained vs unconstrained decode (batch 1, {model.decode_mode}, up to {n} tokens)")
     out("| run | tok/s | vs unconstrained |")
     out("|---|---:|---:|")
     for name, v in res.items():
         out(f"| {name} | {statistics.median(v):.0f} | {statistics.median(v) / base:.3f} |")
+    out(f"grammar work (masks, checks, accepts) in the constrained decode: {statistics.median(mask_share):.1%}")
 
 
 def sampling_table(model: Model, out) -> None:
@@ -136,15 +236,19 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", help="also write the tables to this file")
+    ap.add_argument("--quant", help="also a quantized copy of the built model, e.g. Q4_K")
+    ap.add_argument("--compile", action="store_true", help="also the inductor-compiled CUDA-graph step (CUDA)")
     ap.add_argument("--dry-run", action="store_true", help="a tiny model on the CPU: checks the script runs")
     args = ap.parse_args()
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("gpu_bench: no CUDA device (--dry-run runs a tiny model on the CPU)")
-    lines: list[str] = []
+    sink = open(args.out, "w") if args.out else None      # written as it goes: a crash keeps the tables so far
 
     def out(s: str) -> None:
         print(s, flush=True)
-        lines.append(s)
+        if sink:
+            sink.write(s + "\n")
+            sink.flush()
     device = "cpu" if args.dry_run else "cuda"
     out(f"# gpu_bench: {' '.join(sys.argv[1:])} torch {torch.__version__}, {device}, {time.strftime('%Y-%m-%d')}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,14 +259,33 @@ def main() -> None:
                 dict(n_layer=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=8192)
             path = build_tiny_gguf(os.path.join(tmp, "llama-1b.gguf"), dtype="F16", seed=2, **size)
             out(f"built a random llama ({size}) in {time.perf_counter() - t:.0f} s")
+        t = time.perf_counter()
         model = Model.load(path, device=device, dtype="bf16" if device == "cuda" else "f32",
                            n_ctx=args.prompt + args.decode + 16, n_seq_max=16, progress=False)
-        decode_table(model, args, out)
-        schema_table(model, args, out)
-        sampling_table(model, out)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        out(f"loaded in {time.perf_counter() - t:.1f} s")
+
+        def section(fn, *a) -> None:                        # one failing table leaves the others
+            try:
+                fn(*a)
+            except Exception:
+                out("```\n" + traceback.format_exc() + "```")
+                failed.append(fn.__name__)
+        failed: list[str] = []
+        section(decode_table, model, args, out)
+        section(schema_table, model, args, out)
+        section(sampling_table, model, out)
+        section(profile_table, model, args, out)
+        if args.quant and args.model is None:
+            t = time.perf_counter()
+            qpath = build_tiny_gguf(os.path.join(tmp, "llama-1b-q.gguf"), dtype=args.quant, seed=2, **size)
+            out(f"\nbuilt the {args.quant} copy in {time.perf_counter() - t:.0f} s")
+            section(quant_table, qpath, model, args, out)
+        if args.compile and device == "cuda":
+            section(compile_table, model, args, out)
+    if sink:
+        sink.close()
+    if failed:
+        sys.exit(f"gpu_bench: failed sections: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
