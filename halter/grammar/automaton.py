@@ -8,11 +8,16 @@ globally: these are the grammar *positions* that token masks are precomputed for
 that no input tells apart are merged, within a rule and across rules (``quotient.py``): that
 minimises every rule's DFA and shares the tails rules repeat. (``merge=False`` minimises each rule
 on its own instead.)
-Bytes are grouped into classes (bytes no rule tells apart share a class) to keep tables small.
+Bytes are grouped into classes (bytes no rule tells apart share a class) to keep tables small. Each
+rule is determinized over its own, coarser, classes (the bytes *it* tells apart: most rules tell a few
+apart where the grammar tells a hundred), and its rows are widened to the grammar's classes with one
+numpy gather; the global byte table is a numpy array (``RuleAutomata.next_array``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from halter.errors import NeverMatches, RuleTooComplex
 from halter.grammar.ast import Expr, TokenRef
@@ -23,7 +28,7 @@ from halter.grammar.split_rules import split_repeats
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
-AUTOMATON_VERSION = "14"
+AUTOMATON_VERSION = "15"
 
 
 @dataclass
@@ -34,7 +39,7 @@ class RuleAutomata:
     start: list[int]                       # rule -> its start position
     rule_of: list[int]                     # position -> rule (the first, where positions of rules merged)
     accepting: list[bool]                  # position -> the rule may end here
-    byte_next: list[tuple[int, ...]]       # position -> next position per byte class (-1: none)
+    next_array: np.ndarray                 # [position, byte class] -> next position (-1: none), int32
     calls: list[tuple[tuple[int, int], ...]]    # position -> ((rule, position after the call), ...)
     tokens: list[tuple[tuple[int, int], ...]]   # position -> ((token-ref index, next position), ...)
     token_refs: list[TokenRef]
@@ -44,7 +49,21 @@ class RuleAutomata:
     has_bytes: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.has_bytes = [max(row) >= 0 for row in self.byte_next]
+        self.has_bytes = (self.next_array >= 0).any(axis=1).tolist()
+
+    @property
+    def byte_next(self) -> list[tuple[int, ...]]:
+        """Position -> next position per byte class (-1: none): ``next_array`` as tuples, made
+        on first use (stepping a byte in Python reads these)."""
+        rows = self.__dict__.get("_byte_next")
+        if rows is None:
+            rows = self.__dict__["_byte_next"] = list(map(tuple, self.next_array.tolist()))
+        return rows
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_byte_next", None)         # (made again from next_array when needed)
+        return state
 
     @property
     def n_positions(self) -> int:
@@ -52,6 +71,7 @@ class RuleAutomata:
 
 
 def _byte_classes(builders: list[tuple[Nfa, int, int]]) -> list[int]:
+    """Byte -> class: bytes between consecutive ends of any byte range of any rule share one."""
     cuts = {0, 256}
     for nfa, _, _ in builders:
         for edges in nfa.edges:
@@ -67,9 +87,25 @@ def _byte_classes(builders: list[tuple[Nfa, int, int]]) -> list[int]:
     return class_of
 
 
-def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, name: str):
-    """Subset construction. Returns (accepting, byte_next, calls, tokens) per DFA state, start = 0."""
+def _determinize(nfa: Nfa, s: int, e: int, class_starts: np.ndarray, name: str):
+    """Subset construction over the rule's own byte classes.
+
+    Returns ((accepting, byte_next, calls, tokens) per DFA state, start = 0; and the rule's class
+    of each of the grammar's classes, ``class_starts`` giving their first bytes). The rule's classes
+    are coarser than the grammar's (and ordered alike), so the states are found in the same order
+    as over the grammar's classes, and ``rows[:, local]`` are the rows over the grammar's classes.
+    """
     closure_cache: dict[int, frozenset[int]] = {}
+    cuts = {0, 256}
+    for edges in nfa.edges:
+        for k, lb, _t in edges:
+            if k == BYTES:
+                cuts.add(lb[0])
+                cuts.add(lb[1] + 1)
+    bounds = sorted(cuts)
+    at = {c: i for i, c in enumerate(bounds)}
+    n_classes = len(bounds) - 1
+    local = np.searchsorted(np.asarray(bounds), class_starts, side="right") - 1
 
     # per NFA state: its epsilon targets, byte edges as class intervals, calls and token refs
     eps_edges: list[list[int]] = []
@@ -82,7 +118,7 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
             if k == EPS:
                 eps.append(t)
             elif k == BYTES:
-                byt.append((class_of[lb[0]], class_of[lb[1]] + 1, t))
+                byt.append((at[lb[0]], at[lb[1] + 1], t))
             elif k == CALL:
                 cal.append((lb, t))
             elif k == TOKEN:
@@ -162,7 +198,7 @@ def _determinize(nfa: Nfa, s: int, e: int, class_of: list[int], n_classes: int, 
         byte_next.append(row)
         calls.append(sorted((r, target(ts)) for r, ts in by_call.items()))
         tokens.append(sorted((k, target(ts)) for k, ts in by_tok.items()))
-    return accepting, byte_next, calls, tokens
+    return (accepting, byte_next, calls, tokens), local
 
 
 def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> RuleAutomata:
@@ -176,7 +212,7 @@ def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> 
     b = NfaBuilder(rules)
     b.build_all(root)
     try:
-        return _assemble(b, _determinize_all(b, merge), root, merge)
+        return _assemble(b, *_determinize_all(b, merge), root, merge)
     except RuleTooComplex as first:
         err = first
     expand_first = bool(b.inline)       # first retry: the rules as written, none expanded
@@ -195,49 +231,52 @@ def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> 
         b = NfaBuilder(rules)
         b.build_all(root, inline=False)
         try:
-            per_rule = _determinize_all(b, merge)
+            per_rule, widen = _determinize_all(b, merge)
         except RuleTooComplex as again:
             err = again
             continue
-        return _assemble(b, per_rule, root, merge)
+        return _assemble(b, per_rule, widen, root, merge)
 
 
-def _determinize_all(b: NfaBuilder, merge: bool) -> list:
-    """Each rule's DFA; ``RuleTooComplex`` (a ``GrammarError``) if one is too large."""
+def _determinize_all(b: NfaBuilder, merge: bool) -> tuple[list, list[np.ndarray]]:
+    """Each rule's DFA over its own classes, and the map from the grammar's classes to those;
+    ``RuleTooComplex`` (a ``GrammarError``) if one is too large."""
     class_of = _byte_classes(b.nfas)
     n_classes = max(class_of) + 1
     b.class_of, b.n_classes = class_of, n_classes
-    per_rule = []
+    class_starts = np.asarray([0] + [x for x in range(1, 256) if class_of[x] != class_of[x - 1]])
+    per_rule, widen = [], []
     for r, (nfa, s, e) in enumerate(b.nfas):
-        dfa = _determinize(nfa, s, e, class_of, n_classes, b.names[r])
+        dfa, local = _determinize(nfa, s, e, class_starts, b.names[r])
         # the merge at the end finds every equivalence that minimising each rule would (and those
         # across rules), so rule-by-rule minimisation only runs when there is no merge
         per_rule.append(dfa if merge else _minimize(*dfa))
-    return per_rule
+        widen.append(local)
+    return per_rule, widen
 
 
-def _assemble(b: NfaBuilder, per_rule: list, root: str, merge: bool) -> RuleAutomata:
+def _assemble(b: NfaBuilder, per_rule: list, widen: list[np.ndarray], root: str, merge: bool) -> RuleAutomata:
     class_of, n_classes = b.class_of, b.n_classes
     per_rule = _trim(per_rule, b.names, root_id=0)
     offsets, total = [], 0
     for acc, *_ in per_rule:
         offsets.append(total)
         total += len(acc)
-    rule_of, accepting, byte_next, calls, tokens = [], [], [], [], []
+    rule_of, accepting, blocks, calls, tokens = [], [], [], [], []
     for r, (acc, bn, cl, tk) in enumerate(per_rule):
         off = offsets[r]
-        shift = list(range(off, off + len(acc))) + [-1]     # local state -> position; -1 stays -1
-        get = shift.__getitem__
+        rule_of.extend([r] * len(acc))
+        accepting.extend(acc)
+        rows = np.array(bn, dtype=np.int32)[:, widen[r]]          # the grammar's classes
+        np.add(rows, off, out=rows, where=rows >= 0)              # local state -> position; -1 stays
+        blocks.append(rows)
         for q in range(len(acc)):
-            rule_of.append(r)
-            accepting.append(acc[q])
-            byte_next.append(tuple(map(get, bn[q])))
             calls.append(tuple((rr, t + off) for rr, t in cl[q]))
             tokens.append(tuple((k, t + off) for k, t in tk[q]))
     nullable = _nullable(per_rule)
     automata = RuleAutomata(rule_names=b.names, root=0, start=offsets, rule_of=rule_of, accepting=accepting,
-                            byte_next=byte_next, calls=calls, tokens=tokens, token_refs=b.token_refs,
-                            class_of=class_of, n_classes=n_classes, nullable=nullable)
+                            next_array=np.concatenate(blocks), calls=calls, tokens=tokens,
+                            token_refs=b.token_refs, class_of=class_of, n_classes=n_classes, nullable=nullable)
     return merge_equivalent_positions(automata) if merge else automata
 
 

@@ -17,7 +17,6 @@ returned unchanged.
 """
 from __future__ import annotations
 
-from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,8 +46,7 @@ def equivalence_classes(a: "RuleAutomata") -> np.ndarray | None:
     """Position -> class id of the coarsest partition found (None: every position is its own)."""
     if a.n_positions < 2:
         return None
-    flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int32, count=a.n_positions * a.n_classes)
-    return _classes(a, flat)
+    return _classes(a, a.next_array.reshape(-1))
 
 
 def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
@@ -187,7 +185,7 @@ def merge_equivalent_positions(a: "RuleAutomata") -> "RuleAutomata":
     n = a.n_positions
     if n < 2:
         return a
-    flat = np.fromiter(chain.from_iterable(a.byte_next), dtype=np.int32, count=n * a.n_classes)
+    flat = a.next_array.reshape(-1)
     classes = _classes(a, flat)
     if classes is None:
         return a
@@ -203,9 +201,9 @@ def merge_equivalent_positions(a: "RuleAutomata") -> "RuleAutomata":
     rule_of = [a.rule_of[p] for p in reps]
     accepting = [a.accepting[p] for p in reps]
     ext = np.asarray(new_id, dtype=np.int32)           # ext[-1] == -1
-    byte_next = list(map(tuple, ext[flat.reshape(n, a.n_classes)[reps]].tolist()))
+    next_array = ext[a.next_array[reps]]
     calls = [tuple(dict.fromkeys((canon[start[r]], new_id[t]) for r, t in a.calls[p])) for p in reps]
     tokens = [tuple(dict.fromkeys((k, new_id[t]) for k, t in a.tokens[p])) for p in reps]
     return RuleAutomata(rule_names=a.rule_names, root=a.root, start=start, rule_of=rule_of, accepting=accepting,
-                        byte_next=byte_next, calls=calls, tokens=tokens, token_refs=a.token_refs,
+                        next_array=next_array, calls=calls, tokens=tokens, token_refs=a.token_refs,
                         class_of=a.class_of, n_classes=a.n_classes, nullable=a.nullable)

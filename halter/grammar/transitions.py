@@ -24,7 +24,7 @@ class TransitionTable:
         self.class_of = np.asarray(space.class_of, dtype=np.int64)
         self._dead: dict[int, np.ndarray] = {}         # position -> classes it cannot read
         self._registered = bytearray()                # state -> its dead classes are filled in
-        self._next_pos: np.ndarray | None = None       # byte_next as an array, built when first needed
+        self._next_pos: np.ndarray | None = None       # next_array, copied when first needed
         self.opaque_ids = np.full(space.a.n_positions, -1, dtype=np.int32)  # position -> its opaque node, registered
 
     @property
@@ -84,13 +84,14 @@ class TransitionTable:
     def _position_dead(self, d: int) -> np.ndarray:
         dead = self._dead.get(d)
         if dead is None:
-            dead = self._dead[d] = np.asarray(self.space.a.byte_next[d]) < 0
+            dead = self._dead[d] = self.space.a.next_array[d] < 0
         return dead
 
     def next_positions(self) -> np.ndarray:
-        """``byte_next`` as an int32 array ``[position, class]`` (-1: no transition)."""
+        """The automata's ``next_array`` (int32 ``[position, class]``, -1: no transition), copied:
+        ``-2`` marks what ``_single_with_calls`` leaves to ordinary stepping."""
         if self._next_pos is None:
-            self._next_pos = np.asarray(self.space.a.byte_next, dtype=np.int32)
+            self._next_pos = np.array(self.space.a.next_array, dtype=np.int32)
         return self._next_pos
 
     def step(self, states: np.ndarray, classes: np.ndarray) -> np.ndarray:
