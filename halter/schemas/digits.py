@@ -5,6 +5,8 @@ nesting per digit, which would take every walk of the expression past Python's r
 """
 from __future__ import annotations
 
+import functools
+
 from halter.grammar.ast import CharClass, Expr, Literal, Repeat, Seq, alt, merge_ranges
 
 
@@ -30,6 +32,7 @@ DIGIT = CharClass(((0x30, 0x39),))
 NONZERO = CharClass(((0x31, 0x39),))
 
 
+@functools.lru_cache(maxsize=1024)
 def digit_class(lo: int, hi: int, base: int) -> Expr:
     """Digits with values lo..hi in ``base`` (hex letters in both cases)."""
     ranges = []
@@ -50,8 +53,10 @@ FLAT_WIDTH = 40
 would take Python past its recursion limit in every walk of the expression (~150 digits)."""
 
 
+@functools.lru_cache(maxsize=8192)
 def fixed_width_range(lo: int, hi: int, width: int, base: int = 10) -> Expr:
-    """Exactly-``width``-digit strings (leading zeros allowed) whose value is in lo..hi."""
+    """Exactly-``width``-digit strings (leading zeros allowed) whose value is in lo..hi (the
+    expressions are immutable: calls with the same bounds share one, within and across schemas)."""
     if width == 0:
         return Literal("")
     if width > FLAT_WIDTH and base == 10:

@@ -15,6 +15,7 @@ into Unicode text, Pydantic's among them, takes); constrained strings never acce
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from halter.grammar.ast import (MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat, RuleRef,
@@ -103,10 +104,29 @@ def _intersect(a, b) -> list[tuple[int, int]]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _class_spellings(key: tuple[tuple[int, int], ...]) -> tuple[tuple[tuple[int, int], ...], Expr | None]:
+    """The raw characters of the code point set ``key`` (merged ranges) and the alternation of
+    its escaped spellings (None: none). A pure function of the set, kept across conversions: the
+    key complements of an object's trie of names ask for many sets that share their escapes."""
+    raw = tuple(_intersect(key, _RAW))
+    escapes: list[Expr] = []
+    shorts = [c for c in _SHORT if any(lo <= c <= hi for lo, hi in key)]
+    if shorts:
+        escapes.append(cat(Literal("\\"), CharClass(tuple(sorted((ord(_SHORT[c]), ord(_SHORT[c])) for c in shorts)))))
+    uesc = _intersect(key, _UESC)
+    if uesc:
+        escapes.append(cat(Literal("\\u"), _hex4(uesc)))
+    for lo, hi in _intersect(key, ((0x10000, MAX_CODE_POINT),)):
+        escapes.append(_surrogate_pairs(lo, hi))
+    return raw, (alt(*escapes) if escapes else None)
+
+
 def _hex4(ranges) -> Expr:
     return alt(*(fixed_width_range(lo, hi, 4, 16) for lo, hi in ranges))
 
 
+@functools.lru_cache(maxsize=1024)
 def _surrogate_pairs(lo: int, hi: int) -> Expr:
     """``\\uD8xx\\uDCxx`` spellings of the supplementary code points lo..hi."""
     def split(cp):
@@ -190,19 +210,10 @@ class JsonText:
         key = tuple(merge_ranges(ranges))
         if key in self._class_rules:
             return self._class_rules[key]
-        raw = _intersect(key, _RAW)
-        escapes: list[Expr] = []
-        shorts = [c for c in _SHORT if any(lo <= c <= hi for lo, hi in key)]
-        if shorts:
-            escapes.append(cat(Literal("\\"), CharClass(tuple(sorted((ord(_SHORT[c]), ord(_SHORT[c])) for c in shorts)))))
-        uesc = _intersect(key, _UESC)
-        if uesc:
-            escapes.append(cat(Literal("\\u"), _hex4(uesc)))
-        for lo, hi in _intersect(key, ((0x10000, MAX_CODE_POINT),)):
-            escapes.append(_surrogate_pairs(lo, hi))
-        options: list[Expr] = [CharClass(tuple(raw))] if raw else []
-        if escapes:
-            options.append(self.rules.add("jesc", alt(*escapes)))
+        raw, escaped = _class_spellings(key)
+        options: list[Expr] = [CharClass(raw)] if raw else []
+        if escaped is not None:
+            options.append(self.rules.add("jesc", escaped))
         result = alt(*options) if options else NEVER
         self._class_rules[key] = result
         return result
