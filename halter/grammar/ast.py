@@ -16,12 +16,18 @@ class Literal:
     """A literal string (may be empty: matches nothing, i.e. epsilon)."""
     text: str
 
+    def __reduce__(self):               # (pickled as a constructor call: a grammar cache file
+        return Literal, (self.text,)    # holds thousands of these, and the default is slow)
+
 
 @dataclass(frozen=True, slots=True)
 class CharClass:
     """A set of code points: ``ranges`` are inclusive (lo, hi) pairs; ``negated`` means the complement."""
     ranges: tuple[tuple[int, int], ...]
     negated: bool = False
+
+    def __reduce__(self):
+        return CharClass, (self.ranges, self.negated)
 
     def code_point_ranges(self) -> list[tuple[int, int]]:
         """The matched code points as sorted, disjoint, inclusive ranges (negation applied)."""
@@ -42,6 +48,9 @@ class CharClass:
 class AnyChar:
     """``.``: any single Unicode character."""
 
+    def __reduce__(self):
+        return AnyChar, ()
+
 
 @dataclass(frozen=True, slots=True)
 class RuleRef:
@@ -56,6 +65,9 @@ class RuleRef:
     def __hash__(self) -> int:
         return hash(("RuleRef", self.name))
 
+    def __reduce__(self):
+        return RuleRef, (self.name, self.line, self.column)
+
 
 @dataclass(frozen=True, slots=True)
 class TokenRef:
@@ -67,15 +79,24 @@ class TokenRef:
     text: str | None = None
     negated: bool = False
 
+    def __reduce__(self):
+        return TokenRef, (self.token_id, self.text, self.negated)
+
 
 @dataclass(frozen=True, slots=True)
 class Seq:
     items: tuple["Expr", ...]
 
+    def __reduce__(self):
+        return Seq, (self.items,)
+
 
 @dataclass(frozen=True, slots=True)
 class Alt:
     options: tuple["Expr", ...]
+
+    def __reduce__(self):
+        return Alt, (self.options,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +105,9 @@ class Repeat:
     expr: "Expr"
     min: int
     max: int | None
+
+    def __reduce__(self):
+        return Repeat, (self.expr, self.min, self.max)
 
 
 Expr = Union[Literal, CharClass, AnyChar, RuleRef, TokenRef, Seq, Alt, Repeat]

@@ -96,37 +96,36 @@ def _determinize(nfa: Nfa, s: int, e: int, class_starts: np.ndarray, name: str):
     as over the grammar's classes, and ``rows[:, local]`` are the rows over the grammar's classes.
     """
     closure_cache: dict[int, frozenset[int]] = {}
-    cuts = {0, 256}
-    for edges in nfa.edges:
-        for k, lb, _t in edges:
-            if k == BYTES:
-                cuts.add(lb[0])
-                cuts.add(lb[1] + 1)
-    bounds = sorted(cuts)
-    at = {c: i for i, c in enumerate(bounds)}
-    n_classes = len(bounds) - 1
-    local = np.searchsorted(np.asarray(bounds), class_starts, side="right") - 1
-
-    # per NFA state: its epsilon targets, byte edges as class intervals, calls and token refs
+    # per NFA state: its epsilon targets, byte edges as byte intervals [lo, hi), calls and token refs
     eps_edges: list[list[int]] = []
     byte_edges: list[list[tuple[int, int, int]]] = []
-    call_edges: list[list[tuple[int, int]]] = []
-    tok_edges: list[list[tuple[int, int]]] = []
-    for edges in nfa.edges:
-        eps, byt, cal, tok = [], [], [], []
+    linked: set[int] = set()                    # NFA states with call or token edges
+    call_edges: dict[int, list[tuple[int, int]]] = {}
+    tok_edges: dict[int, list[tuple[int, int]]] = {}
+    cuts = {0, 256}
+    for q, edges in enumerate(nfa.edges):
+        eps, byt = [], []
         for k, lb, t in edges:
             if k == EPS:
                 eps.append(t)
             elif k == BYTES:
-                byt.append((at[lb[0]], at[lb[1] + 1], t))
+                lo, hi = lb[0], lb[1] + 1
+                byt.append((lo, hi, t))
+                cuts.add(lo)
+                cuts.add(hi)
             elif k == CALL:
-                cal.append((lb, t))
+                call_edges.setdefault(q, []).append((lb, t))
+                linked.add(q)
             elif k == TOKEN:
-                tok.append((lb, t))
+                tok_edges.setdefault(q, []).append((lb, t))
+                linked.add(q)
         eps_edges.append(eps)
         byte_edges.append(byt)
-        call_edges.append(cal)
-        tok_edges.append(tok)
+    bounds = sorted(cuts)
+    at = {c: i for i, c in enumerate(bounds)}   # a byte where a class starts -> the class
+    n_classes = len(bounds) - 1
+    local = np.searchsorted(np.asarray(bounds), class_starts, side="right") - 1
+    no_edges: list = []
 
     def eclose(states) -> frozenset[int]:
         out, stack = set(states), list(states)
@@ -160,23 +159,28 @@ def _determinize(nfa: Nfa, s: int, e: int, class_starts: np.ndarray, name: str):
     while i < len(order):
         subset = order[i]
         i += 1
-        intervals = [iv for q in subset for iv in byte_edges[q]]
+        if len(subset) == 1:
+            for q in subset:
+                intervals = byte_edges[q]
+        else:
+            intervals = [iv for q in subset for iv in byte_edges[q]]
         row = [-1] * n_classes
         if len(intervals) == 1:                 # one byte range (inside a literal, most states)
             lo, hi, t = intervals[0]
+            lo, hi = at[lo], at[hi]
             row[lo:hi] = [target((t,))] * (hi - lo)
         elif intervals:
             # classes between consecutive interval ends share one target set: a sweep over the
             # ends keeps the set of covering intervals' targets, one lookup per segment
-            cuts = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
-            at = {c: i for i, c in enumerate(cuts)}
-            opens: list[list[int]] = [[] for _ in cuts]
-            closes: list[list[int]] = [[] for _ in cuts]
+            ends = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
+            where = {c: i for i, c in enumerate(ends)}
+            opens: list[list[int]] = [[] for _ in ends]
+            closes: list[list[int]] = [[] for _ in ends]
             for lo, hi, t in intervals:
-                opens[at[lo]].append(t)
-                closes[at[hi]].append(t)
+                opens[where[lo]].append(t)
+                closes[where[hi]].append(t)
             active: dict[int, int] = {}
-            for k in range(len(cuts) - 1):
+            for k in range(len(ends) - 1):
                 for t in closes[k]:
                     if active[t] == 1:
                         del active[t]
@@ -185,17 +189,21 @@ def _determinize(nfa: Nfa, s: int, e: int, class_starts: np.ndarray, name: str):
                 for t in opens[k]:
                     active[t] = active.get(t, 0) + 1
                 if active:
-                    lo, hi = cuts[k], cuts[k + 1]
+                    lo, hi = at[ends[k]], at[ends[k + 1]]
                     row[lo:hi] = [target(active)] * (hi - lo)
+        accepting.append(e in subset)
+        byte_next.append(row)
+        if linked.isdisjoint(subset):           # most states: no calls, no token references
+            calls.append(no_edges)
+            tokens.append(no_edges)
+            continue
         by_call: dict[int, set[int]] = {}
         by_tok: dict[int, set[int]] = {}
         for q in subset:
-            for r, t in call_edges[q]:
+            for r, t in call_edges.get(q, no_edges):
                 by_call.setdefault(r, set()).add(t)
-            for k, t in tok_edges[q]:
+            for k, t in tok_edges.get(q, no_edges):
                 by_tok.setdefault(k, set()).add(t)
-        accepting.append(e in subset)
-        byte_next.append(row)
         calls.append(sorted((r, target(ts)) for r, ts in by_call.items()))
         tokens.append(sorted((k, target(ts)) for k, ts in by_tok.items()))
     return (accepting, byte_next, calls, tokens), local

@@ -105,7 +105,7 @@ class CompiledGrammar:
             if path.exists() and self._load_tables(path):
                 self.from_cache = True
                 halter_cache.touch(path)
-        self.table.reserve(len(self.space.nodes) * 2 + RESERVED_STATES)
+        self.table.reserve(len(self.space.nodes) * 2 + min(RESERVED_STATES, 2 * n_pos + 256))
         self.compile_seconds = time.perf_counter() - t0
 
     # -- building ----------------------------------------------------------------------------
@@ -325,4 +325,7 @@ def _trie_for(vocab: "Vocabulary", include: np.ndarray) -> TokenTrie:
     return _TRIES.put(key, trie)
 
 
-RESERVED_STATES = 8192     # room for new parser states met while decoding, allocated up front
+RESERVED_STATES = 8192
+"""The most room for new parser states met while decoding that compiling allocates up front (two
+per grammar position and 256 more, up to this: a first pass over a document meets about as many
+states as the grammar has positions; the table doubles when decoding needs more)."""
