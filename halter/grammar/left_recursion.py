@@ -88,12 +88,29 @@ def _first_calls(body: Expr, empty: set[str]) -> set[str]:
 
 def left_recursive_rules(rules: dict[str, Expr]) -> list[list[str]]:
     """The cycles of rules that call each other before reading a character: each strongly
-    connected component of that call graph that has a cycle, its rules in the grammar's order."""
-    empty = nullable_rules(rules)
-    first = {name: _first_calls(body, empty) & rules.keys() for name, body in rules.items()}
+    connected component of that call graph that has a cycle, its rules in the grammar's order.
+
+    Such a cycle is a cycle of rule references too, so only the rules on a cycle of references
+    are looked into, and whether rules match "" only for them and what they call (a JSON Schema's
+    grammar has hundreds of rules, and usually only ``json-value``'s few are on a cycle)."""
+    refs = {name: {r.name for r in rule_refs(body, distinct=True)} & rules.keys() for name, body in rules.items()}
+    cyclic: set[str] = set()
+    for comp in strongly_connected_components(list(rules), refs.__getitem__):
+        if len(comp) > 1 or comp[0] in refs[comp[0]]:
+            cyclic.update(comp)
+    if not cyclic:
+        return []
+    reach, stack = set(cyclic), list(cyclic)
+    while stack:
+        for r in refs[stack.pop()]:
+            if r not in reach:
+                reach.add(r)
+                stack.append(r)
+    empty = nullable_rules({name: body for name, body in rules.items() if name in reach})
+    first = {name: _first_calls(body, empty) & cyclic for name, body in rules.items() if name in cyclic}
     order = {name: i for i, name in enumerate(rules)}
     cycles = []
-    for comp in strongly_connected_components(list(rules), lambda n: first[n]):
+    for comp in strongly_connected_components([n for n in rules if n in cyclic], first.__getitem__):
         if len(comp) > 1 or comp[0] in first[comp[0]]:
             cycles.append(sorted(comp, key=order.__getitem__))
     return sorted(cycles, key=lambda c: order[c[0]])
