@@ -170,27 +170,35 @@ def _determinize(nfa: Nfa, s: int, e: int, class_starts: np.ndarray, name: str):
             lo, hi = at[lo], at[hi]
             row[lo:hi] = [target((t,))] * (hi - lo)
         elif intervals:
-            # classes between consecutive interval ends share one target set: a sweep over the
-            # ends keeps the set of covering intervals' targets, one lookup per segment
-            ends = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
-            where = {c: i for i, c in enumerate(ends)}
-            opens: list[list[int]] = [[] for _ in ends]
-            closes: list[list[int]] = [[] for _ in ends]
-            for lo, hi, t in intervals:
-                opens[where[lo]].append(t)
-                closes[where[hi]].append(t)
-            active: dict[int, int] = {}
-            for k in range(len(ends) - 1):
-                for t in closes[k]:
-                    if active[t] == 1:
-                        del active[t]
-                    else:
-                        active[t] -= 1
-                for t in opens[k]:
-                    active[t] = active.get(t, 0) + 1
-                if active:
-                    lo, hi = at[ends[k]], at[ends[k + 1]]
-                    row[lo:hi] = [target(active)] * (hi - lo)
+            ivs = sorted(intervals)
+            if all(ivs[k][1] <= ivs[k + 1][0] for k in range(len(ivs) - 1)):
+                # disjoint ranges (the first bytes of a few literals or classes): each its own
+                # target, found in the order the sweep below would find them
+                for lo, hi, t in ivs:
+                    lo, hi = at[lo], at[hi]
+                    row[lo:hi] = [target((t,))] * (hi - lo)
+            else:
+                # classes between consecutive interval ends share one target set: a sweep over
+                # the ends keeps the set of covering intervals' targets, one lookup per segment
+                ends = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
+                where = {c: i for i, c in enumerate(ends)}
+                opens: list[list[int]] = [[] for _ in ends]
+                closes: list[list[int]] = [[] for _ in ends]
+                for lo, hi, t in intervals:
+                    opens[where[lo]].append(t)
+                    closes[where[hi]].append(t)
+                active: dict[int, int] = {}
+                for k in range(len(ends) - 1):
+                    for t in closes[k]:
+                        if active[t] == 1:
+                            del active[t]
+                        else:
+                            active[t] -= 1
+                    for t in opens[k]:
+                        active[t] = active.get(t, 0) + 1
+                    if active:
+                        lo, hi = at[ends[k]], at[ends[k + 1]]
+                        row[lo:hi] = [target(active)] * (hi - lo)
         accepting.append(e in subset)
         byte_next.append(row)
         if linked.isdisjoint(subset):           # most states: no calls, no token references
