@@ -167,6 +167,8 @@ class Converter:
         (``{"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, ...]}}}``). JSON Schema leaves them
         undefined (a validator recurses without end); the grammar reads them by their least fixed
         point: the values the cycle's other alternatives allow, or none."""
+        if not self.rule_pointers:      # no rule made for a $ref: no cycle to warn about (below)
+            return
         for cycle in left_recursive_rules(self.rules.rules):
             where = [self.rule_pointers[n] for n in cycle if n in self.rule_pointers]
             if not where:
