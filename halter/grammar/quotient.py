@@ -55,9 +55,10 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
     bounds = np.searchsorted(owner, np.arange(n + 1))
     hi, lo = bounds[1:], bounds[:-1]
     acc = np.asarray(a.accepting, dtype=np.uint64) * _K_ACC
+    height = _heights(owner, np.where(y == n, x, y), n).astype(np.uint64)
     with np.errstate(over="ignore"):
         hx = np.zeros(n + 1, dtype=np.uint64)      # position hashes, and a 0 for edges with one target
-        hx[:n] = _mix(acc + np.uint64(1))
+        hx[:n] = _mix(acc + _mix(height + _K_TGT) + np.uint64(1))
         sums = np.zeros(len(owner) + 1, dtype=np.uint64)
         count = len(np.unique(hx[:n]))
         # Moore's refinement is stable within n rounds, but each round is O(n): past a work budget
@@ -89,6 +90,34 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
     if not _is_bisimulation(a, classes, flat.reshape(n, n_cls)):
         return None
     return classes
+
+
+def _heights(owner: np.ndarray, succ: np.ndarray, n: int) -> np.ndarray:
+    """Position -> the length of its longest path in its rule (a call steps to its return), or
+    -1 where that is unbounded (a loop is reachable).
+
+    Equivalent positions have equal heights, so refinement may start from them: a counted repeat's
+    chain of positions (``[ \\t]{0,64}``) then costs one round, not one round per link, of which
+    each hashes every edge. Found by peeling positions whose successors all have heights (Kahn's
+    algorithm, in one pass over the edges)."""
+    deg = np.bincount(owner, minlength=n).tolist()
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for o, t in zip(owner.tolist(), succ.tolist()):
+        preds[t].append(o)
+    height = [-1] * n
+    frontier = [p for p in range(n) if deg[p] == 0]
+    level = 0
+    while frontier:
+        nxt = []
+        for p in frontier:
+            height[p] = level
+            for q in preds[p]:
+                deg[q] -= 1
+                if not deg[q]:
+                    nxt.append(q)
+        frontier = nxt
+        level += 1
+    return np.asarray(height, dtype=np.int64)
 
 
 def _edges(a: "RuleAutomata", flat: np.ndarray, n: int, n_cls: int):
