@@ -371,6 +371,9 @@ def _trim(per_rule, names, root_id: int):
         if 0 not in live:           # an unproductive rule: keep one inert state so numbering holds
             out.append(([False], [[-1] * len(bn[0])], [[]], [[]]))
             continue
+        if len(live) == m and all_productive:      # the usual case: subset construction made only
+            out.append((acc, bn, cl, tk))          # states reachable from the start, by these edges
+            continue
         # reachable from start through live states only
         reach, stack = {0}, [0]
         while stack:
