@@ -14,7 +14,9 @@ three kernels, picked per device and type (``pick_kernel``):
 * ``"int4"`` on CUDA (compute capability 8.0 or later; the same types and terms): packed for
   torch's tinygemm kernel ``torch.ops.aten._weight_int4pack_mm`` (bfloat16 in and out), the
   terms' products summed in float32 where there are two.
-* ``"dequant"`` (CUDA for Q6_K and the 2-, 3-bit types, or before 8.0; the CPU for Q2_K, Q3_K, whose 2- and 3-bit codes would grow 5-6x in
+* ``"bf16"`` on CUDA too for Q6_K (decoded once at load: per-call decoding of a matrix costs
+  about nine int4 products there).
+* ``"dequant"`` (CUDA for the 2-, 3-bit types, or int4 types before 8.0; the CPU for Q2_K, Q3_K, whose 2- and 3-bit codes would grow 5-6x in
   any other form): the raw blocks stay as they are in the file; each call dequantizes them into a
   buffer shared by every layer with the same weight size and multiplies in the compute dtype.
 
@@ -68,7 +70,7 @@ def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None
         if part.type_name in INT4_DEFAULT and rows % 8 == 0 and part.shape[1] % INT4_GROUP == 0 \
                 and int4_cuda_available(device):
             return "int4"
-        return "dequant"
+        return "bf16" if part.type_name in BF16_DEFAULT else "dequant"
     if device.type != "cpu":
         return "dequant"
     if part.type_name in INT4_DEFAULT and rows % 16 == 0 and part.shape[1] % INT4_GROUP == 0 \
