@@ -41,6 +41,14 @@ def _class_states(ranges: tuple[tuple[int, int], ...]) -> int:
     return len(seqs) + len({seq[k:] for seq in seqs for k in range(1, len(seq))}) + 1
 
 
+@functools.lru_cache(maxsize=4096)
+def _class_sequences(expr: "CharClass | AnyChar") -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The UTF-8 byte-range sequences spelling a class (a class recurs in many rules and
+    grammars: its ranges are merged and encoded once)."""
+    ranges = [(0, MAX_CODE_POINT)] if isinstance(expr, AnyChar) else expr.code_point_ranges()
+    return tuple(seq for lo, hi in ranges for seq in utf8_sequences_cached(lo, hi))
+
+
 class Nfa:
     def __init__(self) -> None:
         self.edges: list[list[tuple[int, object, int]]] = []
@@ -330,20 +338,18 @@ class NfaBuilder:
             if not data:
                 nfa.add(s, EPS, None, e)
         elif isinstance(expr, (CharClass, AnyChar)):
-            ranges = [(0, MAX_CODE_POINT)] if isinstance(expr, AnyChar) else expr.code_point_ranges()
-            for lo, hi in ranges:
-                for byte_seq in utf8_sequences_cached(lo, hi):
-                    # continuation bytes lead through states shared per (remaining ranges, e):
-                    # classes ending at the same place share their UTF-8 tails
-                    end = e
-                    for k in range(len(byte_seq) - 1, 0, -1):
-                        key = (byte_seq[k:], end)
-                        nxt = nfa.shared.get(key)      # type: ignore[call-overload]
-                        if nxt is None:
-                            nxt = nfa.shared[key] = nfa.new()   # type: ignore[index]
-                            nfa.add(nxt, BYTES, byte_seq[k], end)
-                        end = nxt
-                    nfa.add(s, BYTES, byte_seq[0], end)
+            for byte_seq in _class_sequences(expr):
+                # continuation bytes lead through states shared per (remaining ranges, e):
+                # classes ending at the same place share their UTF-8 tails
+                end = e
+                for k in range(len(byte_seq) - 1, 0, -1):
+                    key = (byte_seq[k:], end)
+                    nxt = nfa.shared.get(key)      # type: ignore[call-overload]
+                    if nxt is None:
+                        nxt = nfa.shared[key] = nfa.new()   # type: ignore[index]
+                        nfa.add(nxt, BYTES, byte_seq[k], end)
+                    end = nxt
+                nfa.add(s, BYTES, byte_seq[0], end)
         elif isinstance(expr, RuleRef):
             if expr.name in self.inline:
                 self.emit(nfa, self.rules[expr.name], s, e, rule)
