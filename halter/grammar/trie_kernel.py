@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 
+from halter.grammar import slices
+
 _loaded: list = []       # [the jitted walk or None], filled on first use: numba (and llvmlite) load
                          # only when a mask needs the walk, not when halter is imported
 
@@ -38,15 +40,20 @@ def _compiled():
 
 def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row_count, tok_sorted,
           it_node, it_state, bits, stack_n, stack_s, esc_out, n_esc, pend_n, pend_s,
-          single_pos, next_pos, opaque_ids):
-    """Walk below (node, state) items; returns (escapes written, pending pairs written).
+          single_pos, next_pos, opaque_ids, skip, depth):
+    """Walk below (node, state) items; returns (escapes written, pending pairs written), or
+    pending -1 where the buffers were too small (items below nested nodes: the caller grows them).
 
     A transition not in ``table`` from a state that is one position with an unknown caller
     (``single_pos``) leads to the next position's opaque node: filled in here when that node
     exists (``opaque_ids``), set aside otherwise (and where ``next_pos`` says -2: another item of
-    the state reads that class, see ``TransitionTable.register``).
+    the state reads that class, see ``TransitionTable.register``). A child whose ``skip`` is at
+    most ``depth`` is not walked: every token below it is accepted already (``slices.py``).
     """
     n_pend = 0
+    cap = len(stack_n)
+    if len(it_node) > cap:
+        return n_esc, -1
     sp = 0                   # a queue, not a stack: trie nodes are numbered level by level, so a
     for i in range(len(it_node)):  # breadth-first walk reads the trie's arrays nearly in order
         stack_n[sp] = it_node[i]
@@ -67,9 +74,13 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
         hi = child_hi[k]
         if hi > lo:
             if escaped[s]:
+                if n_esc >= cap:
+                    return n_esc, -1
                 esc_out[n_esc] = k
                 n_esc += 1
             for c in range(lo, hi):
+                if depth > 0 and skip[c] <= depth:
+                    continue
                 cls = node_cls[c]
                 nxt = table[s, cls]
                 if nxt < 0 and single_pos[s] >= 0:
@@ -81,10 +92,14 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
                     if nxt >= 0:
                         table[s, cls] = nxt
                 if nxt > 0:
+                    if sp >= cap:
+                        return n_esc, -1
                     stack_n[sp] = c
                     stack_s[sp] = nxt
                     sp += 1
                 elif nxt < 0:
+                    if n_pend >= cap:
+                        return n_esc, -1
                     pend_n[n_pend] = c
                     pend_s[n_pend] = s
                     n_pend += 1
@@ -100,7 +115,7 @@ def warm() -> None:
     z64, z32 = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)
     kernel(np.zeros((1, 1), dtype=np.int32), np.zeros(1, dtype=bool), z32, z32, z32, z32 - 1, z32, z32, z32,
             z64[:0], z32[:0], np.zeros(1, dtype=np.uint32), z64.copy(), z32.copy(), z64.copy(), 0, z64.copy(),
-            z32.copy(), z64 - 1, np.zeros((1, 1), dtype=np.int32), z32 - 1)
+            z32.copy(), z64 - 1, np.zeros((1, 1), dtype=np.int32), z32 - 1, z32, 0)
 
 
 def available() -> bool:
@@ -117,48 +132,68 @@ def flat_arrays(trie) -> tuple:
         got = tuple(np.ascontiguousarray(x, dtype=np.int32) for x in
                     (trie.child_lo, trie.child_hi, trie.node_row, trie._row_first, trie._row_count, trie._tok_sorted))
         trie._kernel_arrays = got
+        slices.trie_slices(trie)             # per vocabulary too: the slices' token sets (~0.03 s)
     return got
 
 
 class TrieKernel:
     """The flat arrays of one (trie, transition table) pair that the compiled walk reads."""
 
+    use_slices = True
+    """Whole-trie walks skip the tokens a slice accepts (``slices.py``); False: walk every node."""
+
     def __init__(self, trie, table) -> None:
         self.trie, self.tt = trie, table
         self.flat = flat_arrays(trie)
         self.node_cls = np.asarray(table.class_of, dtype=np.int64)[trie.byte].astype(np.int32)
-        n = trie.n_nodes
-        self.stack_n = np.empty(n + 1, dtype=np.int64)
-        self.stack_s = np.empty(n + 1, dtype=np.int32)
-        self.esc = np.empty(n + 1, dtype=np.int64)
-        self.pend_n = np.empty(n + 1, dtype=np.int64)
-        self.pend_s = np.empty(n + 1, dtype=np.int32)
-        self.first_level = np.arange(trie.level_start[0], trie.level_start[1] if n else 0, dtype=np.int64)
+        self._grow(trie.n_nodes + 1)
+        self.first_level = np.arange(trie.level_start[0], trie.level_start[1] if trie.n_nodes else 0, dtype=np.int64)
         self.n_words = (trie.n_vocab + 31) // 32
+        self.slices = slices.trie_slices(trie)
+        self.depths = slices.SliceDepth(table.space, self.slices)
+        self._no_skip = self.slices.node_max[0]
+
+    def _grow(self, n: int) -> None:
+        self.stack_n = np.empty(n, dtype=np.int64)
+        self.stack_s = np.empty(n, dtype=np.int32)
+        self.esc = np.empty(n, dtype=np.int64)
+        self.pend_n = np.empty(n, dtype=np.int64)
+        self.pend_s = np.empty(n, dtype=np.int32)
 
     def walk_position(self, start) -> tuple[np.ndarray, np.ndarray]:
         """(packed accepted tokens, sorted escape points) of a walk of the whole trie from ``start``
-        (an opaque node), as ``trie_walk.walk_trie_batch`` gives them for a batch of one."""
+        (an opaque node), as ``trie_walk.walk_trie_batch`` gives them for a batch of one, except
+        escape points below which every token is accepted (a slice's: ``slices.py``)."""
+        k, depth = self.depths.best(start) if self.use_slices else (0, 0)
+        if depth:
+            bits = self.slices.covered_bits(k, depth)
+            skip = self.slices.node_max[k]
+            items = self.first_level[skip[self.first_level] > depth]
+            return self._walk_from(start, items, bits, skip, depth)
         return self._walk_from(start, self.first_level)
 
-    def walk_below(self, start, nodes: np.ndarray, first_bytes=None) -> tuple[np.ndarray, np.ndarray] | None:
+    def walk_below(self, start, nodes: np.ndarray, first_bytes=None) -> tuple[np.ndarray, np.ndarray]:
         """(packed tokens strictly below trie ``nodes`` readable from ``start``, escape points), as
-        ``trie_walk.walk_subtrees(..., want_escapes=True)`` gives them; None when some of ``nodes`` lie
-        below others (the walk's buffers hold each trie node once: the caller walks with numpy)."""
+        ``trie_walk.walk_subtrees(..., want_escapes=True)`` gives them (a node below another is
+        walked from each: from two offsets)."""
         trie = self.trie
         nodes = np.asarray(nodes, dtype=np.int64)
-        if len(nodes) > 1:
-            lo = trie.row_lo[nodes]
-            order = np.argsort(lo, kind="stable")
-            if (lo[order][1:] < trie.row_hi[nodes][order][:-1]).any():
-                return None
         kids = trie.children_with_bytes(nodes, first_bytes) if first_bytes is not None else trie.children_of(nodes)
         return self._walk_from(start, kids)
 
-    def _walk_from(self, start, items_n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _walk_from(self, start, items_n: np.ndarray, bits=None, skip=None, depth: int = 0):
+        while True:
+            got = self._try_walk(start, items_n, bits, skip, depth)
+            if got is not None:
+                return got
+            self._grow(2 * len(self.stack_n))          # nested starts overflowed the buffers
+
+    def _try_walk(self, start, items_n: np.ndarray, bits, skip, depth: int):
         tt = self.tt
         tt.register(start)
-        bits = np.zeros(self.n_words, dtype=np.uint32)
+        bits = np.zeros(self.n_words, dtype=np.uint32) if bits is None else bits.copy()
+        if skip is None:
+            skip = self._no_skip
         items_s = np.full(len(items_n), start.id, dtype=np.int32)
         n_esc = 0
         # the first level's transitions, looked up (and made) together: most starts read few bytes
@@ -169,7 +204,9 @@ class TrieKernel:
         while len(items_n):
             n_esc, n_pend = _compiled()(tt.table, tt.escaped, self.node_cls, *self.flat, items_n, items_s, bits,
                                     self.stack_n, self.stack_s, self.esc, n_esc, self.pend_n, self.pend_s,
-                                    tt.single_pos, next_pos, tt.opaque_ids)
+                                    tt.single_pos, next_pos, tt.opaque_ids, skip, depth)
+            if n_pend < 0:
+                return None
             if not n_pend:
                 break
             pn, ps = self.pend_n[:n_pend].copy(), self.pend_s[:n_pend].copy()

@@ -1,0 +1,303 @@
+"""Token slices: per-vocabulary sets of tokens made of one character class, for first-time walks.
+
+A position's token tables come from walking the whole token trie from the position
+(``trie_kernel.TrieKernel.walk_position``). Inside a JSON string, a key or an identifier almost every
+token survives its first byte, so that walk visits most of the trie (~200k nodes on a 100k
+vocabulary). Most of those tokens are made only of characters the position reads in a loop: string
+characters (no ``"``, no ``\\``, no control character, valid UTF-8) or word characters
+(``[A-Za-z0-9_]``). A *slice* is such a character class; per vocabulary and slice, computed once:
+
+* the *character length* of every token that is all made of the class's characters (others: ``NOT``);
+* per trie node, the longest such length among the tokens below it (``NOT`` where one is not in
+  the class): ``node_max``.
+
+Per grammar position (parser state), the *depth* of a slice is how many characters of the class
+the state reads whatever they are: every string of that many class characters (and each prefix of
+one, mid-character too) leaves the parser alive (``SliceDepth``: a breadth-first search over the
+parser's own memoised transitions, one level per character; a state that loops on the class has
+the full depth, a count with ``r`` left has ``r``). Every class token no longer than the depth is
+then accepted, so the walk sets them all at once (``covered_bits``) and skips every trie node whose
+``node_max`` is within the depth: below such a node every token is accepted already. The walk goes
+on below the other nodes (tokens with a quote, a backslash, a byte of a split character, or longer
+than the depth), and finds exactly the tokens and escape points it found before, except escape points
+below which every token is accepted anyway (those add nothing to a mask: ``state_masks.py`` ORs a
+position's accepted tokens wherever its escapes are read).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from halter.grammar.parser_state import Node, StateSpace
+    from halter.grammar.trie import TokenTrie
+
+NOT = np.int32(1 << 30)
+"""Character length of a token not (wholly) in a slice's class, and ``node_max`` above one."""
+
+MAX_DEPTH = 16
+"""Slice depths are searched up to this many characters: tokens longer than that are rare (~150
+of 100k string-character tokens on DeepSeek's vocabulary) and walked; the search costs a level per
+character, new states on a counted string."""
+
+# The byte automaton of UTF-8 text over a class: state 0 is between characters, the others wait for
+# continuation bytes. 1: one more (80-BF), 2: two more, 3: three more, 4: after E0 (A0-BF, then
+# one), 5: after ED (80-9F: no surrogates, then one), 6: after F0 (90-BF, then two), 7: after F4
+# (80-8F, then two). Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF.
+N_UTF8 = 8
+DEAD = N_UTF8
+
+
+def _utf8_table(one_byte: np.ndarray, multi_byte: bool) -> np.ndarray:
+    """``[state, byte] -> state`` (``DEAD``: not in the class) of UTF-8 over a class: the one-byte
+    characters ``one_byte`` (bool per byte < 0x80), and every multi-byte character if ``multi_byte``."""
+    t = np.full((N_UTF8 + 1, 256), DEAD, dtype=np.int8)
+    t[0, :128][one_byte[:128]] = 0
+    if multi_byte:
+        t[0, 0xC2:0xE0] = 1
+        t[0, 0xE0] = 4
+        t[0, 0xE1:0xED] = 2
+        t[0, 0xED] = 5
+        t[0, 0xEE:0xF0] = 2
+        t[0, 0xF0] = 6
+        t[0, 0xF1:0xF4] = 3
+        t[0, 0xF4] = 7
+        t[1, 0x80:0xC0] = 0
+        t[2, 0x80:0xC0] = 1
+        t[3, 0x80:0xC0] = 2
+        t[4, 0xA0:0xC0] = 1
+        t[5, 0x80:0xA0] = 1
+        t[6, 0x90:0xC0] = 2
+        t[7, 0x80:0x90] = 2
+    return t
+
+
+def _string_bytes() -> np.ndarray:
+    ok = np.zeros(256, dtype=bool)
+    ok[0x20:0x80] = True
+    ok[[ord('"'), ord("\\")]] = False
+    return ok
+
+
+def _word_bytes() -> np.ndarray:
+    ok = np.zeros(256, dtype=bool)
+    for lo, hi in (("a", "z"), ("A", "Z"), ("0", "9"), ("_", "_")):
+        ok[ord(lo):ord(hi) + 1] = True
+    return ok
+
+
+SLICES: tuple[tuple[str, np.ndarray], ...] = (
+    ("string", _utf8_table(_string_bytes(), True)),     # JSON string characters, unescaped
+    ("word", _utf8_table(_word_bytes(), False)),        # identifiers and plain words
+)
+"""The slices: (name, UTF-8 byte automaton of the class)."""
+
+
+class TrieSlices:
+    """The slices of one token trie: per slice, ``node_max`` and the tokens' character lengths."""
+
+    def __init__(self, trie: "TokenTrie") -> None:
+        self.n_words = (trie.n_vocab + 31) // 32
+        self.node_max: list[np.ndarray] = []
+        self.token_len: list[np.ndarray] = []
+        self.max_len: list[int] = []             # the longest token in the class (0: none)
+        self._bits: dict[tuple[int, int], np.ndarray] = {}
+        for _name, table in SLICES:
+            node_max, row_len = _lengths(trie, table)
+            tok = np.full(trie.n_vocab, NOT, dtype=np.int32)
+            has_row = trie.row_of_token >= 0
+            tok[has_row] = row_len[trie.row_of_token[has_row]]
+            self.node_max.append(node_max)
+            self.token_len.append(tok)
+            in_class = row_len[row_len < NOT]
+            self.max_len.append(int(in_class.max()) if len(in_class) else 0)
+
+    def covered_bits(self, k: int, depth: int) -> np.ndarray:
+        """Packed mask (uint32 words) of the tokens of slice ``k`` at most ``depth`` characters long
+        (read-only, memoised)."""
+        depth = min(depth, self.max_len[k])
+        bits = self._bits.get((k, depth))
+        if bits is None:
+            mask = np.zeros(self.n_words * 32, dtype=bool)
+            mask[:len(self.token_len[k])] = self.token_len[k] <= depth
+            bits = np.packbits(mask, bitorder="little").view("<u4")
+            bits.flags.writeable = False
+            self._bits[(k, depth)] = bits
+        return bits
+
+    def n_covered(self, k: int, depth: int) -> int:
+        """How many tokens ``covered_bits(k, depth)`` holds."""
+        return int(np.unpackbits(self.covered_bits(k, depth).view(np.uint8)).sum())
+
+
+def _lengths(trie: "TokenTrie", table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``node_max`` per trie node, character length per row or ``NOT``) for one slice, from the
+    trie's levels: the UTF-8 automaton state and the character count of every node's prefix are
+    its parent's, stepped by its byte; maxima go up the levels (children are contiguous)."""
+    n = trie.n_nodes
+    state = np.zeros(n, dtype=np.int8)
+    chars = np.zeros(n, dtype=np.int32)
+    starts = trie.level_start
+    new_char = np.zeros(256, dtype=np.int32)          # 1: the byte starts a character
+    new_char[:0x80] = 1
+    new_char[0xC0:] = 1
+    for lv in range(len(starts) - 1):
+        lo, hi = starts[lv], starts[lv + 1]
+        b = trie.byte[lo:hi]
+        if lv == 0:
+            state[lo:hi] = table[0, b]
+            chars[lo:hi] = new_char[b]
+        else:
+            p = trie.parent[lo:hi]
+            state[lo:hi] = table[state[p], b]
+            chars[lo:hi] = chars[p] + new_char[b]
+    own = np.where(state == 0, chars, NOT).astype(np.int32)       # the prefix as a token
+    row_len = own[trie.row_end_node] if trie.n_rows else np.zeros(0, dtype=np.int32)
+    node_max = np.zeros(n, dtype=np.int32)
+    has_row = trie.node_row >= 0
+    node_max[has_row] = own[has_row]
+    for lv in range(len(starts) - 2, 0, -1):           # children's maxima into their parents
+        lo, hi = starts[lv], starts[lv + 1]
+        if hi == lo:
+            continue
+        p = trie.parent[lo:hi]
+        first = np.flatnonzero(np.concatenate(([True], p[1:] != p[:-1])))
+        parents = p[first]                            # distinct: siblings are contiguous
+        node_max[parents] = np.maximum(node_max[parents], np.maximum.reduceat(node_max[lo:hi], first))
+    return node_max, row_len
+
+
+def trie_slices(trie: "TokenTrie") -> TrieSlices:
+    """The slices of ``trie`` (made once per trie, ~0.1 s on a 100k vocabulary)."""
+    got = getattr(trie, "_slices", None)
+    if got is None:
+        got = trie._slices = TrieSlices(trie)
+    return got
+
+
+class SliceDepth:
+    """Slice depths of the parser states of one state space (memoised per state and slice)."""
+
+    def __init__(self, space: "StateSpace", slices: TrieSlices) -> None:
+        self.space = space
+        self.slices = slices
+        class_of = np.asarray(space.class_of, dtype=np.int64)
+        # per slice and UTF-8 state: the (parser byte class, next UTF-8 state) pairs its bytes make
+        self._steps: list[list[list[tuple[int, int]]]] = []
+        for _name, table in SLICES:
+            per_state = []
+            for u in range(N_UTF8):
+                pairs = sorted({(int(class_of[b]), int(table[u, b])) for b in range(256) if table[u, b] != DEAD})
+                per_state.append(pairs)
+            self._steps.append(per_state)
+        self._cls = [[tuple(c for c, _ in pairs) for pairs in per] for per in self._steps]
+        self._u2s = [[tuple(u2 for _, u2 in pairs) for pairs in per] for per in self._steps]
+        self._cols: list[dict] = [{} for _ in SLICES]     # (position, UTF-8 state) -> its next positions
+        self._depth: list[dict[int, int]] = [{} for _ in SLICES]
+        self._succ: list[dict[int, tuple | None]] = [{} for _ in SLICES]
+
+    def best(self, start: "Node") -> tuple[int, int]:
+        """(slice, depth) covering the most tokens from ``start``; depth 0 where none applies."""
+        best_k, best_d, best_n = 0, 0, 0
+        for k in range(len(SLICES)):
+            if not self.slices.max_len[k]:
+                continue
+            if best_d >= min(self.slices.max_len[best_k], MAX_DEPTH) and best_k < k:
+                break          # the string slice at full depth: the word slice (a subset) adds nothing
+            d = self.depth(start, k)
+            if d:
+                n = self.slices.n_covered(k, d)
+                if n > best_n:
+                    best_k, best_d, best_n = k, d, n
+        return best_k, best_d
+
+    def depth(self, start: "Node", k: int) -> int:
+        """How many characters of slice ``k`` ``start`` reads whatever they are, up to the slice's
+        longest token (``MAX_DEPTH`` at most): every string of that many class characters, and
+        every prefix of one, leaves the parser alive.
+
+        Breadth first over the states between characters (``successors``), one level per
+        character; a state met on an earlier level is not expanded again (its strings were checked
+        from a shorter prefix, so further), and a state whose depth is known bounds what lies
+        beyond it.
+        """
+        memo = self._depth[k]
+        hit = memo.get(start.id)
+        if hit is not None:
+            return hit
+        best = min(self.slices.max_len[k], MAX_DEPTH)
+        level = [start.id]
+        seen = {start.id}
+        j = 0
+        while level and j < best:
+            nxt = []
+            for sid in level:
+                succ = self.successors(sid, k)
+                if succ is None:             # a character read after j of them kills the parse
+                    best = j
+                    break
+                for t in succ:
+                    if t not in seen:
+                        seen.add(t)
+                        known = memo.get(t)
+                        if known is not None:
+                            best = min(best, j + 1 + known)
+                        else:
+                            nxt.append(t)
+            level = nxt
+            j += 1
+        memo[start.id] = best
+        return best
+
+    def successors(self, sid: int, k: int) -> tuple | None:
+        """The states (ids) after one more character of slice ``k`` from state ``sid``, or None
+        where some character (or the start of one) kills the parse. Memoised per state.
+
+        Classes that every item of a state steps alike lead to the same state, so one of each
+        such group is stepped (the parser's transitions are memoised per class).
+        """
+        memo = self._succ[k]
+        if sid in memo:
+            return memo[sid]
+        space = self.space
+        nodes, step_class, byte_next = space.nodes, space.step_class, space.a.byte_next
+        steps = self._steps[k]
+        out: set = set()
+        todo = [(nodes[sid], 0)]
+        mids = set()
+        result: tuple | None = None
+        cols = self._cols[k]
+        while todo:
+            node, u = todo.pop()
+            per_item = []
+            for d, _ in node.scan:
+                col = cols.get((d, u))
+                if col is None:
+                    row = byte_next[d]
+                    col = cols[(d, u)] = tuple(row[cls] for cls, _ in steps[u])
+                per_item.append(col)
+            # one class per group of classes every item steps alike (the first of each, kept by
+            # walking the classes backwards into a dict)
+            keys = zip(*per_item, self._u2s[k][u]) if per_item else ((u2,) for u2 in self._u2s[k][u])
+            groups = dict(zip(reversed(list(keys)), reversed(self._cls[k][u])))
+            for key, cls in groups.items():
+                u2 = key[-1]
+                if max(key[:-1], default=-1) < 0:
+                    break                                  # no item reads it
+                t = node.next[cls]
+                t_id = t if t >= 0 else step_class(node, cls).id
+                if t_id == 0:
+                    break
+                if not u2:
+                    out.add(t_id)
+                elif (t_id, u2) not in mids:
+                    mids.add((t_id, u2))
+                    todo.append((nodes[t_id], u2))
+            else:
+                continue
+            break
+        else:
+            result = tuple(out)
+        memo[sid] = result
+        return result
