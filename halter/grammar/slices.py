@@ -100,11 +100,13 @@ class TrieSlices:
     def __init__(self, trie: "TokenTrie") -> None:
         self.n_words = (trie.n_vocab + 31) // 32
         self.node_max: list[np.ndarray] = []
+        self.prefix_len: list[np.ndarray] = []   # per node: its bytes' length in characters, or NOT
         self.token_len: list[np.ndarray] = []
         self.max_len: list[int] = []             # the longest token in the class (0: none)
         self._bits: dict[tuple[int, int], np.ndarray] = {}
         for _name, table in SLICES:
-            node_max, row_len = _lengths(trie, table)
+            node_max, row_len, prefix_len = _lengths(trie, table)
+            self.prefix_len.append(prefix_len)
             tok = np.full(trie.n_vocab, NOT, dtype=np.int32)
             has_row = trie.row_of_token >= 0
             tok[has_row] = row_len[trie.row_of_token[has_row]]
@@ -131,8 +133,9 @@ class TrieSlices:
         return int(np.unpackbits(self.covered_bits(k, depth).view(np.uint8)).sum())
 
 
-def _lengths(trie: "TokenTrie", table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(``node_max`` per trie node, character length per row or ``NOT``) for one slice, from the
+def _lengths(trie: "TokenTrie", table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(``node_max`` per trie node, character length per row or ``NOT``, the same per node's own
+    bytes) for one slice, from the
     trie's levels: the UTF-8 automaton state and the character count of every node's prefix are
     its parent's, stepped by its byte; maxima go up the levels (children are contiguous)."""
     n = trie.n_nodes
@@ -165,7 +168,7 @@ def _lengths(trie: "TokenTrie", table: np.ndarray) -> tuple[np.ndarray, np.ndarr
         first = np.flatnonzero(np.concatenate(([True], p[1:] != p[:-1])))
         parents = p[first]                            # distinct: siblings are contiguous
         node_max[parents] = np.maximum(node_max[parents], np.maximum.reduceat(node_max[lo:hi], first))
-    return node_max, row_len
+    return node_max, row_len, own
 
 
 def trie_slices(trie: "TokenTrie") -> TrieSlices:

@@ -39,16 +39,17 @@ def _compiled():
 
 
 def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row_count, tok_sorted,
-          it_node, it_state, bits, stack_n, stack_s, esc_out, n_esc, pend_n, pend_s,
-          single_pos, next_pos, opaque_ids, skip, depth):
-    """Walk below (node, state) items; returns (escapes written, pending pairs written), or
+          it_node, it_state, it_depth, bits, stack_n, stack_s, stack_d, esc_out, n_esc, pend_n, pend_s, pend_d,
+          single_pos, next_pos, opaque_ids, skip, fill, row_lo, row_hi):
+    """Walk below (node, state, depth) items; returns (escapes written, pending items written), or
     pending -1 where the buffers were too small (items below nested nodes: the caller grows them).
 
     A transition not in ``table`` from a state that is one position with an unknown caller
     (``single_pos``) leads to the next position's opaque node: filled in here when that node
     exists (``opaque_ids``), set aside otherwise (and where ``next_pos`` says -2: another item of
-    the state reads that class, see ``TransitionTable.register``). A child whose ``skip`` is at
-    most ``depth`` is not walked: every token below it is accepted already (``slices.py``).
+    the state reads that class, see ``TransitionTable.register``). A node whose ``skip`` is at most
+    its item's depth is not walked: every token below it is accepted (``slices.py``); with ``fill``
+    those tokens are set here (else the caller has set them).
     """
     n_pend = 0
     cap = len(stack_n)
@@ -58,12 +59,22 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
     for i in range(len(it_node)):  # breadth-first walk reads the trie's arrays nearly in order
         stack_n[sp] = it_node[i]
         stack_s[sp] = it_state[i]
+        stack_d[sp] = it_depth[i]
         sp += 1
     head = 0
     while head < sp:
         k = stack_n[head]
         s = stack_s[head]
+        dep = stack_d[head]
         head += 1
+        if dep > 0 and skip[k] <= dep:
+            if fill:
+                for r in range(row_lo[k], row_hi[k]):
+                    f = row_first[r]
+                    for j in range(f, f + row_count[r]):
+                        t = tok_sorted[j]
+                        bits[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            continue
         r = node_row[k]
         if r >= 0:
             f = row_first[r]
@@ -79,7 +90,13 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
                 esc_out[n_esc] = k
                 n_esc += 1
             for c in range(lo, hi):
-                if depth > 0 and skip[c] <= depth:
+                if dep > 0 and skip[c] <= dep:
+                    if fill:
+                        for r in range(row_lo[c], row_hi[c]):
+                            f = row_first[r]
+                            for j in range(f, f + row_count[r]):
+                                t = tok_sorted[j]
+                                bits[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
                     continue
                 cls = node_cls[c]
                 nxt = table[s, cls]
@@ -96,12 +113,14 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
                         return n_esc, -1
                     stack_n[sp] = c
                     stack_s[sp] = nxt
+                    stack_d[sp] = dep
                     sp += 1
                 elif nxt < 0:
                     if n_pend >= cap:
                         return n_esc, -1
                     pend_n[n_pend] = c
                     pend_s[n_pend] = s
+                    pend_d[n_pend] = dep
                     n_pend += 1
     return n_esc, n_pend
 
@@ -114,8 +133,9 @@ def warm() -> None:
         return
     z64, z32 = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)
     kernel(np.zeros((1, 1), dtype=np.int32), np.zeros(1, dtype=bool), z32, z32, z32, z32 - 1, z32, z32, z32,
-            z64[:0], z32[:0], np.zeros(1, dtype=np.uint32), z64.copy(), z32.copy(), z64.copy(), 0, z64.copy(),
-            z32.copy(), z64 - 1, np.zeros((1, 1), dtype=np.int32), z32 - 1, z32, 0)
+           z64[:0], z32[:0], z32[:0], np.zeros(1, dtype=np.uint32), z64.copy(), z32.copy(), z32.copy(), z64.copy(), 0,
+           z64.copy(), z32.copy(), z32.copy(), z64 - 1, np.zeros((1, 1), dtype=np.int32), z32 - 1, z32, False,
+           z32, z32)
 
 
 def available() -> bool:
@@ -151,65 +171,85 @@ class TrieKernel:
         self.n_words = (trie.n_vocab + 31) // 32
         self.slices = slices.trie_slices(trie)
         self.depths = slices.SliceDepth(table.space, self.slices)
-        self._no_skip = self.slices.node_max[0]
+        self.row_range = (np.ascontiguousarray(trie.row_lo, dtype=np.int32),
+                          np.ascontiguousarray(trie.row_hi, dtype=np.int32))
 
     def _grow(self, n: int) -> None:
         self.stack_n = np.empty(n, dtype=np.int64)
         self.stack_s = np.empty(n, dtype=np.int32)
+        self.stack_d = np.empty(n, dtype=np.int32)
         self.esc = np.empty(n, dtype=np.int64)
         self.pend_n = np.empty(n, dtype=np.int64)
         self.pend_s = np.empty(n, dtype=np.int32)
+        self.pend_d = np.empty(n, dtype=np.int32)
 
     def walk_position(self, start) -> tuple[np.ndarray, np.ndarray]:
         """(packed accepted tokens, sorted escape points) of a walk of the whole trie from ``start``
         (an opaque node), as ``trie_walk.walk_trie_batch`` gives them for a batch of one, except
         escape points below which every token is accepted (a slice's: ``slices.py``)."""
         k, depth = self.depths.best(start) if self.use_slices else (0, 0)
-        if depth:
-            bits = self.slices.covered_bits(k, depth)
+        if depth:                  # the slice's tokens at once; the walk skips the nodes above only them
             skip = self.slices.node_max[k]
             items = self.first_level[skip[self.first_level] > depth]
-            return self._walk_from(start, items, bits, skip, depth)
-        return self._walk_from(start, self.first_level)
+            return self._walk_from(start, items, np.full(len(items), depth, dtype=np.int32), skip,
+                                   self.slices.covered_bits(k, depth), False)
+        return self._walk_from(start, self.first_level, np.zeros(len(self.first_level), dtype=np.int32))
 
     def walk_below(self, start, nodes: np.ndarray, first_bytes=None) -> tuple[np.ndarray, np.ndarray]:
         """(packed tokens strictly below trie ``nodes`` readable from ``start``, escape points), as
         ``trie_walk.walk_subtrees(..., want_escapes=True)`` gives them (a node below another is
-        walked from each: from two offsets)."""
+        walked from each: from two offsets), except escape points below which every token is in.
+
+        Below a node whose bytes are ``j`` characters of a slice, every token of the slice at most
+        ``j`` + the slice's depth from ``start`` long is readable: such subtrees are taken whole.
+        """
         trie = self.trie
         nodes = np.asarray(nodes, dtype=np.int64)
         kids = trie.children_with_bytes(nodes, first_bytes) if first_bytes is not None else trie.children_of(nodes)
-        return self._walk_from(start, kids)
+        k, depth = self.depths.best(start) if self.use_slices and len(kids) else (0, 0)
+        if depth:
+            before = self.slices.prefix_len[k][trie.parent[kids]]
+            deps = np.where(before < slices.NOT, before + depth, 0).astype(np.int32)
+            return self._walk_from(start, kids, deps, self.slices.node_max[k], None, True)
+        return self._walk_from(start, kids, np.zeros(len(kids), dtype=np.int32))
 
-    def _walk_from(self, start, items_n: np.ndarray, bits=None, skip=None, depth: int = 0):
+    def _walk_from(self, start, items_n, items_d, skip=None, bits=None, fill: bool = False):
         while True:
-            got = self._try_walk(start, items_n, bits, skip, depth)
+            got = self._try_walk(start, items_n, items_d, skip, bits, fill)
             if got is not None:
                 return got
             self._grow(2 * len(self.stack_n))          # nested starts overflowed the buffers
 
-    def _try_walk(self, start, items_n: np.ndarray, bits, skip, depth: int):
+    def _try_walk(self, start, items_n: np.ndarray, items_d: np.ndarray, skip, bits, fill: bool):
         tt = self.tt
         tt.register(start)
         bits = np.zeros(self.n_words, dtype=np.uint32) if bits is None else bits.copy()
         if skip is None:
-            skip = self._no_skip
+            skip = self.slices.node_max[0]              # (read only where an item's depth is > 0)
         items_s = np.full(len(items_n), start.id, dtype=np.int32)
+        whole = (items_d > 0) & (skip[items_n] <= items_d)    # taken whole: no transition needed
         n_esc = 0
         # the first level's transitions, looked up (and made) together: most starts read few bytes
-        st = tt.step(items_s, self.node_cls[items_n].astype(np.int64))
+        if whole.any():
+            st = items_s.copy()
+            rest = ~whole
+            st[rest] = tt.step(items_s[rest], self.node_cls[items_n[rest]].astype(np.int64))
+        else:
+            st = tt.step(items_s, self.node_cls[items_n].astype(np.int64))
         live = st != 0
-        items_n, items_s = items_n[live], st[live].astype(np.int32)
+        items_n, items_s, items_d = items_n[live], st[live].astype(np.int32), items_d[live]
         next_pos = tt.next_positions()
+        row_lo, row_hi = self.row_range
         while len(items_n):
-            n_esc, n_pend = _compiled()(tt.table, tt.escaped, self.node_cls, *self.flat, items_n, items_s, bits,
-                                    self.stack_n, self.stack_s, self.esc, n_esc, self.pend_n, self.pend_s,
-                                    tt.single_pos, next_pos, tt.opaque_ids, skip, depth)
+            n_esc, n_pend = _compiled()(tt.table, tt.escaped, self.node_cls, *self.flat, items_n, items_s, items_d,
+                                        bits, self.stack_n, self.stack_s, self.stack_d, self.esc, n_esc,
+                                        self.pend_n, self.pend_s, self.pend_d, tt.single_pos, next_pos,
+                                        tt.opaque_ids, skip, fill, row_lo, row_hi)
             if n_pend < 0:
                 return None
             if not n_pend:
                 break
-            pn, ps = self.pend_n[:n_pend].copy(), self.pend_s[:n_pend].copy()
+            pn, ps, pd = self.pend_n[:n_pend].copy(), self.pend_s[:n_pend].copy(), self.pend_d[:n_pend].copy()
             cls = self.node_cls[pn].astype(np.int64)
             pos = tt.single_pos[ps]
             single = pos >= 0
@@ -217,7 +257,7 @@ class TrieKernel:
                 self._make_opaque(next_pos[pos[single], cls[single]])
             st = tt.step(ps, cls)
             live = st != 0
-            items_n, items_s = pn[live], st[live].astype(np.int32)
+            items_n, items_s, items_d = pn[live], st[live].astype(np.int32), pd[live]
         esc = np.sort(self.esc[:n_esc])
         return bits, esc
 
