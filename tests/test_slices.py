@@ -16,7 +16,7 @@ from tests.test_token_masks import random_walk_check, synthetic_vocab
 
 pytestmark = pytest.mark.skipif(not trie_kernel.available(), reason="numba not installed: no slices")
 
-STRING, WORD = 0, 1
+STRING, WORD, IDENT, SPACED_WORD, SPACED_IDENT = range(5)
 
 SCHEMA = {"type": "object", "required": ["id", "code", "notes"],
           "properties": {"id": {"type": "string", "minLength": 2, "maxLength": 5},
@@ -42,10 +42,11 @@ def real_vocab(request):
     return Vocabulary.from_gguf(shared_path("vocab", f"ggml-vocab-{request.param}.gguf"))
 
 
-def _expected_lengths(vocab: Vocabulary, trie) -> tuple[np.ndarray, np.ndarray]:
+def _expected_lengths(vocab: Vocabulary, trie) -> np.ndarray:
     bad = re.compile("[\x00-\x1f\"\\\\\ud800-\udfff]")
     word = re.compile(r"[A-Za-z0-9_]+\Z")
-    out = np.full((2, vocab.size), slices.NOT, dtype=np.int64)
+    ident = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+    out = np.full((5, vocab.size), slices.NOT, dtype=np.int64)
     for t, b in enumerate(vocab.token_bytes):
         if trie.row_of_token[t] < 0:
             continue
@@ -55,9 +56,14 @@ def _expected_lengths(vocab: Vocabulary, trie) -> tuple[np.ndarray, np.ndarray]:
             continue
         if not bad.search(text):
             out[STRING, t] = len(text)
-        if word.match(text):
-            out[WORD, t] = len(text)
-    return out[STRING], out[WORD]
+        for k, pattern in ((WORD, word), (IDENT, ident)):
+            if pattern.match(text):
+                out[k, t] = len(text)
+            if text[:1] == " " and pattern.match(text[1:]):
+                out[k + 2, t] = len(text)
+            elif pattern.match(text):
+                out[k + 2, t] = len(text)
+    return out
 
 
 def test_token_lengths_and_node_maxima_match_decoding(real_vocab):
@@ -91,6 +97,10 @@ def test_depth_is_what_the_state_reads_whatever_it_is():
     assert _depth_of(counted, vocab, b"abcd", WORD) == 0
     assert _depth_of(Grammar.from_gbnf('root ::= [a-zA-Z0-9_]* "."'), vocab, b"x", WORD) == cap
     assert _depth_of(Grammar.from_gbnf('root ::= [a-z]*'), vocab, b"", WORD) == 0        # "A" dies
+    ident = Grammar.from_gbnf('root ::= [a-zA-Z_] [a-zA-Z0-9_]{0,2} "("')
+    assert _depth_of(ident, vocab, b"", IDENT) == 3 and _depth_of(ident, vocab, b"", WORD) == 0
+    spaced = Grammar.from_gbnf('root ::= " "? [a-zA-Z_] [a-zA-Z0-9_]* "("')
+    assert _depth_of(spaced, vocab, b"", SPACED_IDENT) == cap and _depth_of(spaced, vocab, b"", SPACED_WORD) == 0
     # string characters: a multi-byte character dying half-way counts, as does a quote-free class
     assert _depth_of(Grammar.from_gbnf('root ::= [ -!#-\\[\\]-~]* "\\""'), vocab, b"", STRING) == 0
     assert _depth_of(Grammar.from_gbnf('root ::= [^"\\\\\\x00-\\x1f]{3} "\\""'), vocab, b"", STRING) == 3

@@ -87,11 +87,43 @@ def _word_bytes() -> np.ndarray:
     return ok
 
 
-SLICES: tuple[tuple[str, np.ndarray], ...] = (
-    ("string", _utf8_table(_string_bytes(), True)),     # JSON string characters, unescaped
-    ("word", _utf8_table(_word_bytes(), False)),        # identifiers and plain words
+def _word_start_table(first: np.ndarray, spaced: bool) -> np.ndarray:
+    """Words whose first character is in ``first`` (from state 0; after one space if ``spaced``:
+    state 2), then word characters (state 1)."""
+    t = np.full((N_UTF8 + 1, 256), DEAD, dtype=np.int8)
+    t[0, first] = 1
+    if spaced:
+        t[0, ord(" ")] = 2
+        t[2, first] = 1
+    t[1, _word_bytes()] = 1
+    return t
+
+
+def _ident_first() -> np.ndarray:
+    first = _word_bytes()
+    first[ord("0"):ord("9") + 1] = False
+    return first
+
+
+class Slice:
+    """A character class as a byte automaton: UTF-8 states, the state before the first character
+    (0) and those between characters (``boundary``: a token may end there)."""
+
+    def __init__(self, name: str, table: np.ndarray, boundary: tuple[int, ...]) -> None:
+        self.name, self.table = name, table
+        self.boundary = np.zeros(N_UTF8 + 1, dtype=bool)
+        self.boundary[list(boundary)] = True
+        self.uniform = bool(self.boundary[0])     # every character alike: a suffix of a token is one too
+
+
+SLICES: tuple[Slice, ...] = (
+    Slice("string", _utf8_table(_string_bytes(), True), (0,)),             # JSON string characters, unescaped
+    Slice("word", _utf8_table(_word_bytes(), False), (0,)),                # words, numbers, identifier rests
+    Slice("ident", _word_start_table(_ident_first(), False), (1,)),        # identifiers: no digit first
+    Slice("spaced word", _word_start_table(_word_bytes(), True), (1,)),    # a word after one space, or none
+    Slice("spaced ident", _word_start_table(_ident_first(), True), (1,)),  # an identifier after one space, or none
 )
-"""The slices: (name, UTF-8 byte automaton of the class)."""
+"""The slices, in the order ``SliceDepth.best`` tries them."""
 
 
 class TrieSlices:
@@ -104,9 +136,9 @@ class TrieSlices:
         self.token_len: list[np.ndarray] = []
         self.max_len: list[int] = []             # the longest token in the class (0: none)
         self._bits: dict[tuple[int, int], np.ndarray] = {}
-        for _name, table in SLICES:
-            node_max, row_len, prefix_len = _lengths(trie, table)
-            self.prefix_len.append(prefix_len)
+        for sl in SLICES:
+            node_max, row_len, prefix_len = _lengths(trie, sl)
+            self.prefix_len.append(prefix_len if sl.uniform else None)
             tok = np.full(trie.n_vocab, NOT, dtype=np.int32)
             has_row = trie.row_of_token >= 0
             tok[has_row] = row_len[trie.row_of_token[has_row]]
@@ -133,12 +165,12 @@ class TrieSlices:
         return int(np.unpackbits(self.covered_bits(k, depth).view(np.uint8)).sum())
 
 
-def _lengths(trie: "TokenTrie", table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _lengths(trie: "TokenTrie", sl: Slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(``node_max`` per trie node, character length per row or ``NOT``, the same per node's own
     bytes) for one slice, from the
     trie's levels: the UTF-8 automaton state and the character count of every node's prefix are
     its parent's, stepped by its byte; maxima go up the levels (children are contiguous)."""
-    n = trie.n_nodes
+    n, table = trie.n_nodes, sl.table
     state = np.zeros(n, dtype=np.int8)
     chars = np.zeros(n, dtype=np.int32)
     starts = trie.level_start
@@ -155,7 +187,7 @@ def _lengths(trie: "TokenTrie", table: np.ndarray) -> tuple[np.ndarray, np.ndarr
             p = trie.parent[lo:hi]
             state[lo:hi] = table[state[p], b]
             chars[lo:hi] = chars[p] + new_char[b]
-    own = np.where(state == 0, chars, NOT).astype(np.int32)       # the prefix as a token
+    own = np.where(sl.boundary[state], chars, NOT).astype(np.int32)       # the prefix as a token
     row_len = own[trie.row_end_node] if trie.n_rows else np.zeros(0, dtype=np.int32)
     node_max = np.zeros(n, dtype=np.int32)
     has_row = trie.node_row >= 0
@@ -186,28 +218,31 @@ class SliceDepth:
         self.space = space
         self.slices = slices
         class_of = np.asarray(space.class_of, dtype=np.int64)
-        # per slice and UTF-8 state: the (parser byte class, next UTF-8 state) pairs its bytes make
-        self._steps: list[list[list[tuple[int, int]]]] = []
-        for _name, table in SLICES:
-            per_state = []
+        # per slice and UTF-8 state: the parser byte classes its bytes fall in, with the next state
+        self._cls: list[list[tuple[int, ...]]] = []
+        self._u2s: list[list[tuple[int, ...]]] = []
+        for sl in SLICES:
+            cls_per, u2_per = [], []
             for u in range(N_UTF8):
-                pairs = sorted({(int(class_of[b]), int(table[u, b])) for b in range(256) if table[u, b] != DEAD})
-                per_state.append(pairs)
-            self._steps.append(per_state)
-        self._cls = [[tuple(c for c, _ in pairs) for pairs in per] for per in self._steps]
-        self._u2s = [[tuple(u2 for _, u2 in pairs) for pairs in per] for per in self._steps]
+                on = np.flatnonzero(sl.table[u] != DEAD)
+                pairs = np.unique(class_of[on] * (N_UTF8 + 1) + sl.table[u, on])     # sorted by class
+                cls_per.append(tuple((pairs // (N_UTF8 + 1)).tolist()))
+                u2_per.append(tuple((pairs % (N_UTF8 + 1)).tolist()))
+            self._cls.append(cls_per)
+            self._u2s.append(u2_per)
         self._cols: list[dict] = [{} for _ in SLICES]     # (position, UTF-8 state) -> its next positions
         self._depth: list[dict[int, int]] = [{} for _ in SLICES]
-        self._succ: list[dict[int, tuple | None]] = [{} for _ in SLICES]
+        self._succ: list[dict[tuple[int, int], tuple | None]] = [{} for _ in SLICES]
 
-    def best(self, start: "Node") -> tuple[int, int]:
-        """(slice, depth) covering the most tokens from ``start``; depth 0 where none applies."""
+    def best(self, start: "Node", uniform: bool = False) -> tuple[int, int]:
+        """(slice, depth) covering the most tokens from ``start``; depth 0 where none applies.
+        ``uniform``: only slices whose characters are all alike (for walks below a token's prefix)."""
         best_k, best_d, best_n = 0, 0, 0
-        for k in range(len(SLICES)):
-            if not self.slices.max_len[k]:
+        for k, sl in enumerate(SLICES):
+            if not self.slices.max_len[k] or (uniform and not sl.uniform):
                 continue
-            if best_d >= min(self.slices.max_len[best_k], MAX_DEPTH) and best_k < k:
-                break          # the string slice at full depth: the word slice (a subset) adds nothing
+            if k and best_k == 0 and best_d >= min(self.slices.max_len[0], MAX_DEPTH):
+                break          # the string slice at full depth: the others (subsets of it) add nothing
             d = self.depth(start, k)
             if d:
                 n = self.slices.n_covered(k, d)
@@ -217,33 +252,33 @@ class SliceDepth:
 
     def depth(self, start: "Node", k: int) -> int:
         """How many characters of slice ``k`` ``start`` reads whatever they are, up to the slice's
-        longest token (``MAX_DEPTH`` at most): every string of that many class characters, and
-        every prefix of one, leaves the parser alive.
+        longest token (``MAX_DEPTH`` at most): every string of the slice that many characters long,
+        and every prefix of one, leaves the parser alive.
 
-        Breadth first over the states between characters (``successors``), one level per
-        character; a state met on an earlier level is not expanded again (its strings were checked
-        from a shorter prefix, so further), and a state whose depth is known bounds what lies
-        beyond it.
+        Breadth first over (state, slice state) pairs between characters (``successors``), one
+        level per character; a pair met on an earlier level is not expanded again (its strings
+        were checked from a shorter prefix, so further), and a state whose depth is known bounds
+        what lies beyond it.
         """
         memo = self._depth[k]
         hit = memo.get(start.id)
         if hit is not None:
             return hit
         best = min(self.slices.max_len[k], MAX_DEPTH)
-        level = [start.id]
-        seen = {start.id}
+        level = [(start.id, 0)]
+        seen = {(start.id, 0)}
         j = 0
         while level and j < best:
             nxt = []
-            for sid in level:
-                succ = self.successors(sid, k)
+            for pair in level:
+                succ = self.successors(pair[0], pair[1], k)
                 if succ is None:             # a character read after j of them kills the parse
                     best = j
                     break
                 for t in succ:
                     if t not in seen:
                         seen.add(t)
-                        known = memo.get(t)
+                        known = memo.get(t[0]) if t[1] == 0 else None
                         if known is not None:
                             best = min(best, j + 1 + known)
                         else:
@@ -253,47 +288,49 @@ class SliceDepth:
         memo[start.id] = best
         return best
 
-    def successors(self, sid: int, k: int) -> tuple | None:
-        """The states (ids) after one more character of slice ``k`` from state ``sid``, or None
-        where some character (or the start of one) kills the parse. Memoised per state.
+    def successors(self, sid: int, u: int, k: int) -> tuple | None:
+        """The (state id, slice state) pairs after one more character of slice ``k`` from state
+        ``sid`` in slice state ``u``, or None where some character (or the start of one) kills
+        the parse. Memoised.
 
         Classes that every item of a state steps alike lead to the same state, so one of each
         such group is stepped (the parser's transitions are memoised per class).
         """
         memo = self._succ[k]
-        if sid in memo:
-            return memo[sid]
+        at = (sid, u)
+        if at in memo:
+            return memo[at]
         space = self.space
         nodes, step_class, byte_next = space.nodes, space.step_class, space.a.byte_next
-        steps = self._steps[k]
+        boundary, all_cls, all_u2s, cols = SLICES[k].boundary, self._cls[k], self._u2s[k], self._cols[k]
         out: set = set()
-        todo = [(nodes[sid], 0)]
+        todo = [(nodes[sid], u)]
         mids = set()
         result: tuple | None = None
-        cols = self._cols[k]
         while todo:
             node, u = todo.pop()
+            classes = all_cls[u]
             per_item = []
             for d, _ in node.scan:
                 col = cols.get((d, u))
                 if col is None:
                     row = byte_next[d]
-                    col = cols[(d, u)] = tuple(row[cls] for cls, _ in steps[u])
+                    col = cols[(d, u)] = tuple(row[c] for c in classes)
                 per_item.append(col)
             # one class per group of classes every item steps alike (the first of each, kept by
             # walking the classes backwards into a dict)
-            keys = zip(*per_item, self._u2s[k][u]) if per_item else ((u2,) for u2 in self._u2s[k][u])
-            groups = dict(zip(reversed(list(keys)), reversed(self._cls[k][u])))
-            for key, cls in groups.items():
-                u2 = key[-1]
-                if max(key[:-1], default=-1) < 0:
+            keys = zip(*per_item, all_u2s[u])
+            groups = dict(zip(reversed(list(keys)), reversed(classes)))
+            for group, cls in groups.items():
+                u2 = group[-1]
+                if max(group[:-1], default=-1) < 0:
                     break                                  # no item reads it
                 t = node.next[cls]
                 t_id = t if t >= 0 else step_class(node, cls).id
                 if t_id == 0:
                     break
-                if not u2:
-                    out.add(t_id)
+                if boundary[u2]:
+                    out.add((t_id, u2))
                 elif (t_id, u2) not in mids:
                     mids.add((t_id, u2))
                     todo.append((nodes[t_id], u2))
@@ -302,5 +339,5 @@ class SliceDepth:
             break
         else:
             result = tuple(out)
-        memo[sid] = result
+        memo[at] = result
         return result

@@ -206,7 +206,7 @@ class TrieKernel:
         trie = self.trie
         nodes = np.asarray(nodes, dtype=np.int64)
         kids = trie.children_with_bytes(nodes, first_bytes) if first_bytes is not None else trie.children_of(nodes)
-        k, depth = self.depths.best(start) if self.use_slices and len(kids) else (0, 0)
+        k, depth = self.depths.best(start, uniform=True) if self.use_slices and len(kids) else (0, 0)
         if depth:
             before = self.slices.prefix_len[k][trie.parent[kids]]
             deps = np.where(before < slices.NOT, before + depth, 0).astype(np.int32)
