@@ -146,6 +146,7 @@ class TrieSlices:
             self.token_len.append(tok)
             in_class = row_len[row_len < NOT]
             self.max_len.append(int(in_class.max()) if len(in_class) else 0)
+        self._by_prefix: list = [self._prefix_index(k) if sl.uniform else None for k, sl in enumerate(SLICES)]
 
     def covered_bits(self, k: int, depth: int) -> np.ndarray:
         """Packed mask (uint32 words) of the tokens of slice ``k`` at most ``depth`` characters long
@@ -159,6 +160,26 @@ class TrieSlices:
             bits.flags.writeable = False
             self._bits[(k, depth)] = bits
         return bits
+
+    def _prefix_index(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The nodes on a slice's tokens with a longer one below, by their own length, then by the
+        longest below (for ``escape_nodes``)."""
+        pl, nm = self.prefix_len[k], self.node_max[k]
+        cand = np.flatnonzero((pl < NOT) & (nm < NOT) & (nm > pl))
+        order = cand[np.lexsort((nm[cand], pl[cand]))]
+        return order, pl[order], nm[order]
+
+    def escape_nodes(self, k: int, ends: tuple[int, ...], depth: int) -> np.ndarray:
+        """The nodes (sorted) whose bytes are ``j`` characters of slice ``k`` (a uniform one), for
+        ``j`` in ``ends``, with a token of the slice longer than ``depth`` below: where a walk that
+        takes the slice's subtrees whole (``SliceDepth.exact``) has its rule end mid-token."""
+        order, pls, nms = self._by_prefix[k]
+        parts = []
+        for j in ends:
+            lo, hi = np.searchsorted(pls, j), np.searchsorted(pls, j, side="right")
+            lo += np.searchsorted(nms[lo:hi], depth, side="right")
+            parts.append(order[lo:hi])
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     def n_covered(self, k: int, depth: int) -> int:
         """How many tokens ``covered_bits(k, depth)`` holds."""
@@ -211,6 +232,10 @@ def trie_slices(trie: "TokenTrie") -> TrieSlices:
     return got
 
 
+EXACT_STATES = 64
+"""States per level past which ``SliceDepth.exact`` gives up (a count has a few per level)."""
+
+
 class SliceDepth:
     """Slice depths of the parser states of one state space (memoised per state and slice)."""
 
@@ -233,6 +258,7 @@ class SliceDepth:
         self._cols: list[dict] = [{} for _ in SLICES]     # (position, UTF-8 state) -> its next positions
         self._depth: list[dict[int, int]] = [{} for _ in SLICES]
         self._succ: list[dict[tuple[int, int], tuple | None]] = [{} for _ in SLICES]
+        self._exact: list[dict[int, tuple | None]] = [{} for _ in SLICES]
 
     def best(self, start: "Node", uniform: bool = False) -> tuple[int, int]:
         """(slice, depth) covering the most tokens from ``start``; depth 0 where none applies.
@@ -241,8 +267,8 @@ class SliceDepth:
         for k, sl in enumerate(SLICES):
             if not self.slices.max_len[k] or (uniform and not sl.uniform):
                 continue
-            if k and best_k == 0 and best_d >= min(self.slices.max_len[0], MAX_DEPTH):
-                break          # the string slice at full depth: the others (subsets of it) add nothing
+            if k and best_d:
+                break          # a string's characters: the others (subsets of them) are for code
             d = self.depth(start, k)
             if d:
                 n = self.slices.n_covered(k, d)
@@ -301,29 +327,15 @@ class SliceDepth:
         if at in memo:
             return memo[at]
         space = self.space
-        nodes, step_class, byte_next = space.nodes, space.step_class, space.a.byte_next
-        boundary, all_cls, all_u2s, cols = SLICES[k].boundary, self._cls[k], self._u2s[k], self._cols[k]
+        nodes, step_class, boundary = space.nodes, space.step_class, SLICES[k].boundary
         out: set = set()
         todo = [(nodes[sid], u)]
         mids = set()
         result: tuple | None = None
         while todo:
             node, u = todo.pop()
-            classes = all_cls[u]
-            per_item = []
-            for d, _ in node.scan:
-                col = cols.get((d, u))
-                if col is None:
-                    row = byte_next[d]
-                    col = cols[(d, u)] = tuple(row[c] for c in classes)
-                per_item.append(col)
-            # one class per group of classes every item steps alike (the first of each, kept by
-            # walking the classes backwards into a dict)
-            keys = zip(*per_item, all_u2s[u])
-            groups = dict(zip(reversed(list(keys)), reversed(classes)))
-            for group, cls in groups.items():
-                u2 = group[-1]
-                if max(group[:-1], default=-1) < 0:
+            for cls, u2, read in self._groups(node, u, k):
+                if not read:
                     break                                  # no item reads it
                 t = node.next[cls]
                 t_id = t if t >= 0 else step_class(node, cls).id
@@ -341,3 +353,85 @@ class SliceDepth:
             result = tuple(out)
         memo[at] = result
         return result
+
+    def _groups(self, node: "Node", u: int, k: int) -> list[tuple[int, int, bool]]:
+        """(class, next slice state, read by some item) for one class of each group of the classes
+        of slice ``k`` from slice state ``u`` that every item of ``node`` steps alike: such classes
+        lead to the same state (the parser's transitions are memoised per class)."""
+        classes, cols, byte_next = self._cls[k][u], self._cols[k], self.space.a.byte_next
+        per_item = []
+        for d, _ in node.scan:
+            col = cols.get((d, u))
+            if col is None:
+                row = byte_next[d]
+                col = cols[(d, u)] = tuple(row[c] for c in classes)
+            per_item.append(col)
+        # the first class of each group, kept by walking the classes backwards into a dict
+        groups = dict(zip(reversed(list(zip(*per_item, self._u2s[k][u]))), reversed(classes)))
+        return [(cls, key[-1], max(key[:-1], default=-1) >= 0) for key, cls in groups.items()]
+
+    def exact(self, start: "Node", k: int, depth: int) -> tuple[int, ...] | None:
+        """Where every string of slice ``k`` (a uniform one) dies right after ``depth`` characters
+        from ``start`` (a count with ``depth`` left, ending its rule): the character counts ``j``
+        (1..``depth``) after which the rule has ended on every such string, so that the walk takes
+        every subtree of class tokens whole (``TrieSlices.escape_nodes``); None where the strings
+        differ (some end the rule after ``j`` characters and some not, one ends it mid-character,
+        one reads on), or a level holds more than ``EXACT_STATES`` states. Memoised per state and
+        depth: along a count, each position's answer is the next one's, one character on."""
+        return self._exact_of(start.id, k, depth)
+
+    def _exact_of(self, sid: int, k: int, depth: int) -> tuple[int, ...] | None:
+        memo = self._exact[k]
+        key = (sid, depth)
+        if key in memo:
+            return memo[key]
+        memo[key] = None                         # (a state met again on its own strings: not exact)
+        level = self._step_all(sid, 0, k, depth == 0)
+        if depth == 0 or level is None:
+            got = () if depth == 0 and level is not None else None
+        elif not level or len(level) > EXACT_STATES:
+            got = None
+        else:
+            escaped = {self.space.nodes[t].escaped for t, _ in level}
+            rests = {self._exact_of(t, k, depth - 1) for t, _ in level}
+            if len(escaped) > 1 or len(rests) > 1 or None in rests:
+                got = None
+            else:
+                got = ((1,) if escaped.pop() else ()) + tuple(j + 1 for j in rests.pop())
+        memo[key] = got
+        return got
+
+    def _step_all(self, sid: int, u: int, k: int, must_die: bool):
+        """The states between characters after one more character of slice ``k``: all of them
+        (None where one dies, or with ``must_die`` where one lives; a state ending its rule
+        mid-character: None too)."""
+        space = self.space
+        nodes, step_class = space.nodes, space.step_class
+        boundary = SLICES[k].boundary
+        out: set = set()
+        todo = [(sid, u)]
+        mids = set()
+        while todo:
+            s, u = todo.pop()
+            node = nodes[s]
+            for cls, u2, read in self._groups(node, u, k):
+                if not read:
+                    if must_die:
+                        continue
+                    return None
+                t = node.next[cls]
+                t_id = t if t >= 0 else step_class(node, cls).id
+                if t_id == 0:
+                    if must_die:
+                        continue
+                    return None
+                if boundary[u2]:
+                    if must_die:
+                        return None
+                    out.add((t_id, u2))
+                elif (t_id, u2) not in mids:
+                    if nodes[t_id].escaped:
+                        return None
+                    mids.add((t_id, u2))
+                    todo.append((t_id, u2))
+        return out

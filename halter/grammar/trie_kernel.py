@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from halter.grammar import slices
+from halter.grammar.trie_walk import sorted_unique
 
 _loaded: list = []       # [the jitted walk or None], filled on first use: numba (and llvmlite) load
                          # only when a mask needs the walk, not when halter is imported
@@ -188,12 +189,22 @@ class TrieKernel:
         (an opaque node), as ``trie_walk.walk_trie_batch`` gives them for a batch of one, except
         escape points below which every token is accepted (a slice's: ``slices.py``)."""
         k, depth = self.depths.best(start) if self.use_slices else (0, 0)
-        if depth:                  # the slice's tokens at once; the walk skips the nodes above only them
-            skip = self.slices.node_max[k]
-            items = self.first_level[skip[self.first_level] > depth]
-            return self._walk_from(start, items, np.full(len(items), depth, dtype=np.int32), skip,
-                                   self.slices.covered_bits(k, depth), False)
-        return self._walk_from(start, self.first_level, np.zeros(len(self.first_level), dtype=np.int32))
+        if not depth:
+            return self._walk_from(start, self.first_level, np.zeros(len(self.first_level), dtype=np.int32))
+        # the slice's tokens at once; the walk skips the nodes above only them, or, where every
+        # longer string of the slice dies (a count), above only the slice's tokens
+        sl = self.slices
+        ends = None
+        if slices.SLICES[k].uniform and depth < min(sl.max_len[k], slices.MAX_DEPTH):
+            ends = self.depths.exact(start, k, depth)
+        skip = sl.node_max[k]
+        within = depth if ends is None else slices.NOT - 1
+        items = self.first_level[skip[self.first_level] > within]
+        bits, esc = self._walk_from(start, items, np.full(len(items), within, dtype=np.int32), skip,
+                                    sl.covered_bits(k, depth), False)
+        if ends:
+            esc = sorted_unique(np.concatenate((esc, sl.escape_nodes(k, ends, depth))))
+        return bits, esc
 
     def walk_below(self, start, nodes: np.ndarray, first_bytes=None) -> tuple[np.ndarray, np.ndarray]:
         """(packed tokens strictly below trie ``nodes`` readable from ``start``, escape points), as
