@@ -242,23 +242,26 @@ class SliceDepth:
     def __init__(self, space: "StateSpace", slices: TrieSlices) -> None:
         self.space = space
         self.slices = slices
-        class_of = np.asarray(space.class_of, dtype=np.int64)
-        # per slice and UTF-8 state: the parser byte classes its bytes fall in, with the next state
-        self._cls: list[list[tuple[int, ...]]] = []
-        self._u2s: list[list[tuple[int, ...]]] = []
-        for sl in SLICES:
-            cls_per, u2_per = [], []
-            for u in range(N_UTF8):
-                on = np.flatnonzero(sl.table[u] != DEAD)
-                pairs = np.unique(class_of[on] * (N_UTF8 + 1) + sl.table[u, on])     # sorted by class
-                cls_per.append(tuple((pairs // (N_UTF8 + 1)).tolist()))
-                u2_per.append(tuple((pairs % (N_UTF8 + 1)).tolist()))
-            self._cls.append(cls_per)
-            self._u2s.append(u2_per)
+        # per slice and UTF-8 state: the parser byte classes its bytes fall in, with the next
+        # state (made when the slice is first used)
+        self._cls: list = [None] * len(SLICES)
+        self._u2s: list = [None] * len(SLICES)
         self._cols: list[dict] = [{} for _ in SLICES]     # (position, UTF-8 state) -> its next positions
         self._depth: list[dict[int, int]] = [{} for _ in SLICES]
         self._succ: list[dict[tuple[int, int], tuple | None]] = [{} for _ in SLICES]
         self._exact: list[dict[int, tuple | None]] = [{} for _ in SLICES]
+
+    def _prepare(self, k: int) -> None:
+        if self._cls[k] is None:
+            class_of = np.asarray(self.space.class_of, dtype=np.int64)
+            table = SLICES[k].table
+            cls_per, u2_per = [], []
+            for u in range(N_UTF8):
+                on = np.flatnonzero(table[u] != DEAD)
+                pairs = np.unique(class_of[on] * (N_UTF8 + 1) + table[u, on])     # sorted by class
+                cls_per.append(tuple((pairs // (N_UTF8 + 1)).tolist()))
+                u2_per.append(tuple((pairs % (N_UTF8 + 1)).tolist()))
+            self._cls[k], self._u2s[k] = cls_per, u2_per
 
     def best(self, start: "Node", uniform: bool = False) -> tuple[int, int]:
         """(slice, depth) covering the most tokens from ``start``; depth 0 where none applies.
@@ -290,6 +293,7 @@ class SliceDepth:
         hit = memo.get(start.id)
         if hit is not None:
             return hit
+        self._prepare(k)
         best = min(self.slices.max_len[k], MAX_DEPTH)
         level = [(start.id, 0)]
         seen = {(start.id, 0)}
@@ -378,6 +382,7 @@ class SliceDepth:
         differ (some end the rule after ``j`` characters and some not, one ends it mid-character,
         one reads on), or a level holds more than ``EXACT_STATES`` states. Memoised per state and
         depth: along a count, each position's answer is the next one's, one character on."""
+        self._prepare(k)
         return self._exact_of(start.id, k, depth)
 
     def _exact_of(self, sid: int, k: int, depth: int) -> tuple[int, ...] | None:

@@ -39,7 +39,7 @@ def _compiled():
     return _loaded[0]
 
 
-def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row_count, tok_sorted,
+def _walk(table, escaped, byte_cls, node_byte, child_lo, child_hi, node_row, row_first, row_count, tok_sorted,
           it_node, it_state, it_depth, bits, stack_n, stack_s, stack_d, esc_out, n_esc, pend_n, pend_s, pend_d,
           single_pos, next_pos, opaque_ids, skip, fill, row_lo, row_hi):
     """Walk below (node, state, depth) items; returns (escapes written, pending items written), or
@@ -99,7 +99,7 @@ def _walk(table, escaped, node_cls, child_lo, child_hi, node_row, row_first, row
                                 t = tok_sorted[j]
                                 bits[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
                     continue
-                cls = node_cls[c]
+                cls = byte_cls[node_byte[c]]
                 nxt = table[s, cls]
                 if nxt < 0 and single_pos[s] >= 0:
                     t = next_pos[single_pos[s], cls]
@@ -133,7 +133,8 @@ def warm() -> None:
     if kernel is None:
         return
     z64, z32 = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)
-    kernel(np.zeros((1, 1), dtype=np.int32), np.zeros(1, dtype=bool), z32, z32, z32, z32 - 1, z32, z32, z32,
+    kernel(np.zeros((1, 1), dtype=np.int32), np.zeros(1, dtype=bool), z32, np.zeros(1, dtype=np.uint8), z32, z32,
+           z32 - 1, z32, z32, z32,
            z64[:0], z32[:0], z32[:0], np.zeros(1, dtype=np.uint32), z64.copy(), z32.copy(), z32.copy(), z64.copy(), 0,
            z64.copy(), z32.copy(), z32.copy(), z64 - 1, np.zeros((1, 1), dtype=np.int32), z32 - 1, z32, False,
            z32, z32)
@@ -151,7 +152,8 @@ def flat_arrays(trie) -> tuple:
     if got is None:
         trie.tokens_of_rows(np.zeros(0, dtype=np.int64))            # builds the row -> tokens index
         got = tuple(np.ascontiguousarray(x, dtype=np.int32) for x in
-                    (trie.child_lo, trie.child_hi, trie.node_row, trie._row_first, trie._row_count, trie._tok_sorted))
+                    (trie.child_lo, trie.child_hi, trie.node_row, trie._row_first, trie._row_count, trie._tok_sorted,
+                     trie.row_lo, trie.row_hi))
         trie._kernel_arrays = got
         slices.trie_slices(trie)             # per vocabulary too: the slices' token sets (~0.03 s)
     return got
@@ -166,14 +168,17 @@ class TrieKernel:
     def __init__(self, trie, table) -> None:
         self.trie, self.tt = trie, table
         self.flat = flat_arrays(trie)
-        self.node_cls = np.asarray(table.class_of, dtype=np.int64)[trie.byte].astype(np.int32)
+        self.byte_cls = np.asarray(table.class_of, dtype=np.int32)          # byte -> this grammar's class
         self._grow(trie.n_nodes + 1)
         self.first_level = np.arange(trie.level_start[0], trie.level_start[1] if trie.n_nodes else 0, dtype=np.int64)
         self.n_words = (trie.n_vocab + 31) // 32
         self.slices = slices.trie_slices(trie)
         self.depths = slices.SliceDepth(table.space, self.slices)
-        self.row_range = (np.ascontiguousarray(trie.row_lo, dtype=np.int32),
-                          np.ascontiguousarray(trie.row_hi, dtype=np.int32))
+        self.row_range = self.flat[-2:]
+
+    def _classes(self, nodes: np.ndarray) -> np.ndarray:
+        """The byte classes of trie ``nodes`` (their last bytes), as int64."""
+        return self.byte_cls[self.trie.byte[nodes]].astype(np.int64)
 
     def _grow(self, n: int) -> None:
         self.stack_n = np.empty(n, dtype=np.int64)
@@ -244,15 +249,15 @@ class TrieKernel:
         if whole.any():
             st = items_s.copy()
             rest = ~whole
-            st[rest] = tt.step(items_s[rest], self.node_cls[items_n[rest]].astype(np.int64))
+            st[rest] = tt.step(items_s[rest], self._classes(items_n[rest]))
         else:
-            st = tt.step(items_s, self.node_cls[items_n].astype(np.int64))
+            st = tt.step(items_s, self._classes(items_n))
         live = st != 0
         items_n, items_s, items_d = items_n[live], st[live].astype(np.int32), items_d[live]
         next_pos = tt.next_positions()
         row_lo, row_hi = self.row_range
         while len(items_n):
-            n_esc, n_pend = _compiled()(tt.table, tt.escaped, self.node_cls, *self.flat, items_n, items_s, items_d,
+            n_esc, n_pend = _compiled()(tt.table, tt.escaped, self.byte_cls, self.trie.byte, *self.flat[:6], items_n, items_s, items_d,
                                         bits, self.stack_n, self.stack_s, self.stack_d, self.esc, n_esc,
                                         self.pend_n, self.pend_s, self.pend_d, tt.single_pos, next_pos,
                                         tt.opaque_ids, skip, fill, row_lo, row_hi)
@@ -261,7 +266,7 @@ class TrieKernel:
             if not n_pend:
                 break
             pn, ps, pd = self.pend_n[:n_pend].copy(), self.pend_s[:n_pend].copy(), self.pend_d[:n_pend].copy()
-            cls = self.node_cls[pn].astype(np.int64)
+            cls = self._classes(pn)
             pos = tt.single_pos[ps]
             single = pos >= 0
             if single.any():          # new opaque nodes, and those of the positions a few bytes on
