@@ -338,9 +338,10 @@ class SliceDepth:
         result: tuple | None = None
         while todo:
             node, u = todo.pop()
-            for cls, u2, read in self._groups(node, u, k):
-                if not read:
-                    break                                  # no item reads it
+            groups = self._groups(node, u, k)
+            if not all(read for _, _, read in groups):
+                break                                      # a class no item reads: dead at once
+            for cls, u2, _read in groups:
                 t = node.next[cls]
                 t_id = t if t >= 0 else step_class(node, cls).id
                 if t_id == 0:
