@@ -320,8 +320,8 @@ class SliceDepth:
 
     def successors(self, sid: int, u: int, k: int) -> tuple | None:
         """The (state id, slice state) pairs after one more character of slice ``k`` from state
-        ``sid`` in slice state ``u``, or None where some character (or the start of one) kills
-        the parse. Memoised.
+        ``sid`` in slice state ``u`` (or after the rest of the character ``u`` is inside), or None
+        where some character (or the rest of one) kills the parse. Memoised.
 
         Classes that every item of a state steps alike lead to the same state, so one of each
         such group is stepped (the parser's transitions are memoised per class).
@@ -333,14 +333,10 @@ class SliceDepth:
         space = self.space
         nodes, step_class, boundary = space.nodes, space.step_class, SLICES[k].boundary
         out: set = set()
-        todo = [(nodes[sid], u)]
-        mids = set()
+        node = nodes[sid]
         result: tuple | None = None
-        while todo:
-            node, u = todo.pop()
-            groups = self._groups(node, u, k)
-            if not all(read for _, _, read in groups):
-                break                                      # a class no item reads: dead at once
+        groups = self._groups(node, u, k)
+        if all(read for _, _, read in groups):            # (else a class no item reads: dead at once)
             for cls, u2, _read in groups:
                 t = node.next[cls]
                 t_id = t if t >= 0 else step_class(node, cls).id
@@ -348,14 +344,13 @@ class SliceDepth:
                     break
                 if boundary[u2]:
                     out.add((t_id, u2))
-                elif (t_id, u2) not in mids:
-                    mids.add((t_id, u2))
-                    todo.append((nodes[t_id], u2))
+                else:                                      # mid-character: the rest of it, memoised
+                    rest = self.successors(t_id, u2, k)   # (states of a rule's rest are shared)
+                    if rest is None:
+                        break
+                    out.update(rest)
             else:
-                continue
-            break
-        else:
-            result = tuple(out)
+                result = tuple(out)
         memo[at] = result
         return result
 

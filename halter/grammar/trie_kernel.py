@@ -277,9 +277,10 @@ class TrieKernel:
         esc = np.sort(self.esc[:n_esc])
         return bits, esc
 
-    LOOKAHEAD = 32
+    LOOKAHEAD = 8
     """Bytes ahead of a newly met position whose opaque nodes are made with it (one kernel round
-    each instead of one per byte along a counted string)."""
+    each instead of one per byte along a counted string). Not more: entering an object walks every
+    key's position at once, and slices keep most walks out of counted strings."""
 
     def _make_opaque(self, targets: np.ndarray) -> None:
         tt, space = self.tt, self.tt.space
