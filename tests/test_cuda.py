@@ -78,3 +78,17 @@ def test_batch_16_decode_equals_single_rows(cuda_models: dict[str, str]) -> None
     batch = model.generate_batch(reqs)
     single = [model.generate(r.prompt, max_tokens=8, temperature=0.0) for r in reqs[:4]]
     assert [r.tokens for r in batch[:4]] == [r.tokens for r in single]
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_every_quantized_type_multiplies_on_cuda_with_its_default_kernel(name: str) -> None:
+    from tests.test_engine_packed import random_quant
+    q = random_quant(name, (112, 512), seed=3)
+    dev = torch.device("cuda")
+    lin = QLinear([q], None, dtype=torch.bfloat16, device=dev)          # as the loader builds it
+    expected = {"Q6_K": "bf16", "Q2_K": "dequant", "Q3_K": "dequant"}.get(name, "int4")
+    assert lin.kernels == [expected]
+    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(1))
+    ref = x @ q.dequantize().T
+    rel = ((lin(x.to(dev)).float().cpu() - ref).norm() / ref.norm()).item()
+    assert rel < 2e-2, rel

@@ -164,3 +164,27 @@ def test_dist_falls_back_to_the_last_candidate_when_the_sum_is_nan():
     with np.errstate(invalid="ignore"):
         Dist(3).apply(c)
     assert c.selected == 3
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_heap_select_kernel_and_fallback_keep_libstdcxx_tie_order(compiled, monkeypatch):
+    # the compiled heap select (numba) and the Python heap over tuples must both leave exactly what
+    # std::partial_sort leaves, with ties, -inf and NaN among the logits
+    from halter.sampling import heap_select
+    if not compiled:
+        monkeypatch.setattr(heap_select, "select", lambda values, k, load=True: None)
+    elif heap_select.select(np.zeros(2, np.float32), 1) is None:
+        pytest.skip("numba not installed")
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n = int(rng.integers(2, 3000))
+        k = int(rng.integers(1, min(n, 128) + 1))
+        x = (rng.integers(-4, 4, n) * 0.25).astype(np.float32)
+        x[rng.random(n) < 0.05] = -np.inf
+        if trial % 4 == 0:
+            x[rng.integers(0, n)] = np.nan
+        a = list(zip((-x.astype(np.float64)).tolist(), range(n)))
+        partial_sort(a, 0, k, n, lambda p, q: p[0] < q[0])
+        expected = [i for _, i in a[:k]]
+        assert sort_order(x, k).tolist() == expected
+        assert heap_select.select_py(x, k).tolist() == expected

@@ -14,7 +14,9 @@ three kernels, picked per device and type (``pick_kernel``):
 * ``"int4"`` on CUDA (compute capability 8.0 or later; the same types and terms): packed for
   torch's tinygemm kernel ``torch.ops.aten._weight_int4pack_mm`` (bfloat16 in and out), the
   terms' products summed in float32 where there are two.
-* ``"dequant"`` (CUDA for Q6_K and the 2-, 3-bit types, or before 8.0; the CPU for Q2_K, Q3_K, whose 2- and 3-bit codes would grow 5-6x in
+* ``"bf16"`` on CUDA too for Q6_K (decoded once at load: per-call decoding of a matrix costs
+  about nine int4 products there).
+* ``"dequant"`` (CUDA for the 2-, 3-bit types, or int4 types before 8.0; the CPU for Q2_K, Q3_K, whose 2- and 3-bit codes would grow 5-6x in
   any other form): the raw blocks stay as they are in the file; each call dequantizes them into a
   buffer shared by every layer with the same weight size and multiplies in the compute dtype.
 
@@ -23,7 +25,7 @@ three kernels, picked per device and type (``pick_kernel``):
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +70,7 @@ def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None
         if part.type_name in INT4_DEFAULT and rows % 8 == 0 and part.shape[1] % INT4_GROUP == 0 \
                 and int4_cuda_available(device):
             return "int4"
-        return "dequant"
+        return "bf16" if part.type_name in BF16_DEFAULT else "dequant"
     if device.type != "cpu":
         return "dequant"
     if part.type_name in INT4_DEFAULT and rows % 16 == 0 and part.shape[1] % INT4_GROUP == 0 \
@@ -147,41 +149,61 @@ def _pack_codes(rows: torch.Tensor, block_bytes: int, c: Codes, out: torch.Tenso
             dst.view(nb, n_blk, G, L, R).copy_(k_major((((a >> 4) & _LO4) | (b & _HI4)) ^ _FLIP))
 
 
-class _Int4Part(nn.Module):
-    """Row parts of one type packed as int4 terms: ``(packed uint8, scales_and_zeros bf16 [K/32, N, 2])``.
+def _int4_terms_packed(parts: Sequence[QuantTensor], device: torch.device, lazy: bool,
+                       write: Callable[[QuantTensor, int, int, Any, torch.Tensor], None]
+                       ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each int4 term of the row ``parts`` as ``uint8 [N, K/2]`` codes (laid out by ``write(q,
+    start, end, codes, rows_out)``) and bf16 scales and offsets ``[K/32, N, 2]``, on ``device``.
 
-    Each part is packed into its rows of the result (a fused projection needs no concatenated
-    copy of its blocks), in chunks of whole 64-row blocks.
+    Parts are written into their rows of the result (a fused projection needs no concatenated copy
+    of its blocks), ``_PACK_ROWS`` rows at a time; ``lazy`` passes codes that lie in the blocks as
+    they are as ``Codes``. File pages are dropped once read.
     """
+    N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
+    codes_out: list[torch.Tensor] = []
+    sz: list[torch.Tensor] = []
+    base = 0
+    for q in parts:
+        for start in range(0, q.shape[0], _PACK_ROWS):
+            end = min(start + _PACK_ROWS, q.shape[0])
+            r0, r1 = base + start, base + end
+            terms = q.int4_lazy_terms(start, end) if lazy else q.int4_terms(start, end)
+            for t, (codes, scale, zero) in enumerate(terms):
+                if t == len(codes_out):
+                    codes_out.append(torch.empty((N, K // 2), dtype=torch.uint8, device=device))
+                    sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16, device=device))
+                write(q, start, end, codes, codes_out[t][r0:r1])
+                sz[t][:, r0:r1, 0] = scale.t().to(device)
+                sz[t][:, r0:r1, 1] = zero.t().to(device)
+            release_pages(q.row_slice(start, end))     # file pages read: not needed again
+        base += q.shape[0]
+    return codes_out, sz
+
+
+def _write_cpu_layout(q: QuantTensor, start: int, end: int, codes: Any, out: torch.Tensor) -> None:
+    if isinstance(codes, Codes):
+        _pack_codes(q.raw[start:end], q.block_bytes, codes, out)
+    else:
+        out.copy_(pack_int4(codes))
+
+
+def _write_nibble_pairs(q: QuantTensor, start: int, end: int, codes: Any, out: torch.Tensor) -> None:
+    c = codes.to(out.device)
+    out.copy_((c[:, 0::2] << 4) | c[:, 1::2])
+
+
+class _Int4Part(nn.Module):
+    """Row parts of one type packed as int4 terms for the CPU kernel: ``(packed uint8, scales_and_zeros
+    bf16 [K/32, N, 2])`` per term, packed in chunks of whole 64-row blocks."""
 
     def __init__(self, parts: Sequence[QuantTensor]) -> None:
         super().__init__()
-        N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
-        packed: list[torch.Tensor] = []
-        sz: list[torch.Tensor] = []
-        base = 0
-        for q in parts:
-            for start in range(0, q.shape[0], _PACK_ROWS):
-                end = min(start + _PACK_ROWS, q.shape[0])
-                rows = q.raw[start:end]
-                r0, r1 = base + start, base + end
-                for t, (codes, scale, zero) in enumerate(q.int4_lazy_terms(start, end)):
-                    if t == len(packed):
-                        packed.append(torch.empty((N, K // 2), dtype=torch.uint8))
-                        sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16))
-                    if isinstance(codes, Codes):
-                        _pack_codes(rows, q.block_bytes, codes, packed[t][r0:r1])
-                    else:
-                        packed[t][r0:r1] = pack_int4(codes)
-                    sz[t][:, r0:r1, 0] = scale.t()
-                    sz[t][:, r0:r1, 1] = zero.t()
-                release_pages(q.row_slice(start, end))     # file pages read: not needed again
-            base += q.shape[0]
+        packed, sz = _int4_terms_packed(parts, torch.device("cpu"), True, _write_cpu_layout)
         self.n_terms = len(packed)
         for t in range(self.n_terms):
             self.register_buffer(f"packed{t}", packed[t], persistent=False)
             self.register_buffer(f"sz{t}", sz[t], persistent=False)
-        self.out_features = N
+        self.out_features = packed[0].shape[0]
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         xb = x2.to(torch.bfloat16)
@@ -201,30 +223,15 @@ class _CudaInt4Part(nn.Module):
 
     def __init__(self, parts: Sequence[QuantTensor], device: torch.device) -> None:
         super().__init__()
-        N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
+        K = parts[0].shape[1]
         inner = 8 if K % 128 == 0 else 4 if K % 64 == 0 else 2     # k-tiles of 16 per load
-        nibbles: list[torch.Tensor] = []
-        sz: list[torch.Tensor] = []
-        base = 0
-        for q in parts:
-            for start in range(0, q.shape[0], _PACK_ROWS):
-                end = min(start + _PACK_ROWS, q.shape[0])
-                for t, (codes, scale, zero) in enumerate(q.int4_terms(start, end)):
-                    if t == len(nibbles):
-                        nibbles.append(torch.empty((N, K // 2), dtype=torch.uint8, device=device))
-                        sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16, device=device))
-                    c = codes.to(device)
-                    nibbles[t][base + start:base + end] = (c[:, 0::2] << 4) | c[:, 1::2]
-                    sz[t][:, base + start:base + end, 0] = scale.t().to(device)
-                    sz[t][:, base + start:base + end, 1] = zero.t().to(device)
-                release_pages(q.row_slice(start, end))
-            base += q.shape[0]
+        nibbles, sz = _int4_terms_packed(parts, device, False, _write_nibble_pairs)
         self.n_terms = len(nibbles)
         for t in range(self.n_terms):
             self.register_buffer(f"packed{t}", torch.ops.aten._convert_weight_to_int4pack(nibbles[t], inner),
                                  persistent=False)
             self.register_buffer(f"sz{t}", sz[t], persistent=False)
-        self.out_features = N
+        self.out_features = nibbles[0].shape[0]
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         xb = x2.to(torch.bfloat16).contiguous()

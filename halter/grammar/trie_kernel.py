@@ -15,28 +15,21 @@ numba is optional (``pip install numba``; a pure-Python package, no toolchain at
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from halter import jit
 from halter.grammar import slices
 from halter.grammar.trie_walk import sorted_unique
 
-_loaded: list = []       # [the jitted walk or None], filled on first use: numba (and llvmlite) load
-                         # only when a mask needs the walk, not when halter is imported
+
+def _build(numba):
+    return numba.njit(cache=True, nogil=True)(_walk)
 
 
 def _compiled():
-    """The JIT-compiled walk, or None without numba (or with ``HALTER_NO_NUMBA`` set)."""
-    if not _loaded:
-        try:                                   # pragma: no cover - depends on the environment
-            if os.environ.get("HALTER_NO_NUMBA"):
-                raise ImportError("HALTER_NO_NUMBA is set")
-            import numba
-            _loaded.append(numba.njit(cache=True, nogil=True)(_walk))
-        except ImportError:                    # pragma: no cover
-            _loaded.append(None)
-    return _loaded[0]
+    """The JIT-compiled walk, or None without numba (or with ``HALTER_NO_NUMBA`` set); numba (and
+    llvmlite) load only when a mask needs the walk, not when halter is imported."""
+    return jit.build_once(_build)
 
 
 def _walk(table, escaped, byte_cls, node_byte, child_lo, child_hi, node_row, row_first, row_count, tok_sorted,

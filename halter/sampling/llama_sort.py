@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from halter.sampling import heap_select
+
 _THRESHOLD = 16          # libstdc++ _S_threshold
 _NBUCKETS = 128
 _BUCKET_SCALE = np.float32(_NBUCKETS / 20.0)      # 128 buckets over [-10, 10]
@@ -287,6 +289,10 @@ def std_partial_sort_desc(logits: np.ndarray, idx: np.ndarray, k: int) -> np.nda
     n = logits.shape[0] if idx is None else idx.shape[0]
     k = min(k, n)
     vals = logits if idx is None else logits[idx]
+    if k < n:          # compiled, once a tie has loaded it: ties or not, one pass over the row
+        picked = heap_select.select(vals, k, load=False)
+        if picked is not None:
+            return picked if idx is None else idx[picked]
     neg = np.negative(vals, dtype=np.float32)
     if k >= n:
         if not _has_ties(vals):
@@ -299,6 +305,9 @@ def std_partial_sort_desc(logits: np.ndarray, idx: np.ndarray, k: int) -> np.nda
         if top_neg.max() < neg[sel[k]] and not _has_ties(top_neg):
             out = top[np.argsort(top_neg, kind="stable")]
             return out if idx is None else idx[out]
+    picked = heap_select.select(vals, k)            # ties: the compiled heap select (loaded now)
+    if picked is not None:
+        return picked if idx is None else idx[picked]
     if idx is None:
         idx = np.arange(n)
     # heap select over the first k, scanning the rest in chunks: an entry can only enter the heap
