@@ -1,4 +1,4 @@
-"""Token slices (``grammar/slices.py``): first-time walks that take a character class's tokens at
+"""Token slices (``grammar/slices.py``, ``grammar/slice_depth.py``): first-time walks that take a character class's tokens at
 once give every position the tokens it gets walking the whole trie, and escape points that differ
 only below tokens the position accepts anyway; masks stay exactly what feeding token bytes gives."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from halter import Grammar, Vocabulary
-from halter.grammar import slices, trie_kernel
+from halter.grammar import slice_depth, slices, trie_kernel
 from tests.conftest import shared_path
 from tests.test_token_masks import random_walk_check, synthetic_vocab
 
@@ -90,7 +90,7 @@ def _depth_of(g: Grammar, vocab, position_text: bytes, k: int) -> int:
 
 def test_depth_is_what_the_state_reads_whatever_it_is():
     vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-gpt-2.gguf"))
-    cap = min(slices.MAX_DEPTH, slices.trie_slices(Grammar.from_gbnf('root ::= "x"').compile(vocab).trie).max_len[WORD])
+    cap = min(slice_depth.MAX_DEPTH, slices.trie_slices(Grammar.from_gbnf('root ::= "x"').compile(vocab).trie).max_len[WORD])
     counted = Grammar.from_gbnf('root ::= [a-zA-Z0-9_]{0,4} "."')
     assert _depth_of(counted, vocab, b"", WORD) == 4
     assert _depth_of(counted, vocab, b"ab", WORD) == 2
@@ -205,8 +205,8 @@ def test_a_depth_one_too_deep_lets_a_wrong_token_in(monkeypatch):
     """The checks above see a slice that takes one character too many: at ``maxLength``'s
     boundary, tokens one character too long would come in."""
     vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-gpt-2.gguf"))
-    true_depth = slices.SliceDepth.depth
-    monkeypatch.setattr(slices.SliceDepth, "depth", lambda self, start, k: true_depth(self, start, k) + 1)
+    true_depth = slice_depth.SliceDepth.depth
+    monkeypatch.setattr(slice_depth.SliceDepth, "depth", lambda self, start, k: true_depth(self, start, k) + 1)
     cg, ref = _pair(Grammar.from_json_schema(SCHEMA), vocab)
     with pytest.raises(AssertionError):
         _follow(cg, ref, json.dumps(DOC, ensure_ascii=False).encode())

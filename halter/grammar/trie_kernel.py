@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from halter import jit
-from halter.grammar import slices
+from halter.grammar import slice_depth, slices
 from halter.grammar.trie_walk import sorted_unique
 
 
@@ -166,7 +166,7 @@ class TrieKernel:
         self.first_level = np.arange(trie.level_start[0], trie.level_start[1] if trie.n_nodes else 0, dtype=np.int64)
         self.n_words = (trie.n_vocab + 31) // 32
         self.slices = slices.trie_slices(trie)
-        self.depths = slices.SliceDepth(table.space, self.slices)
+        self.depths = slice_depth.SliceDepth(table.space, self.slices)
         self.row_range = self.flat[-2:]
 
     def _classes(self, nodes: np.ndarray) -> np.ndarray:
@@ -193,7 +193,7 @@ class TrieKernel:
         # longer string of the slice dies (a count), above only the slice's tokens
         sl = self.slices
         ends = None
-        if slices.SLICES[k].uniform and depth < min(sl.max_len[k], slices.MAX_DEPTH):
+        if slices.SLICES[k].uniform and depth < min(sl.max_len[k], slice_depth.MAX_DEPTH):
             ends = self.depths.exact(start, k, depth)
         skip = sl.node_max[k]
         within = depth if ends is None else slices.NOT - 1
