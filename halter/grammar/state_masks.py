@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from halter.grammar.trie_walk import walk_subtrees
-from halter.grammar.narrow_walk import NarrowWalker
+from halter.grammar.narrow_walk import MAX_START_NODES, NarrowWalker
 from halter.grammar.parser_state import ESCAPES, OPAQUE_ID, Node
 
 if TYPE_CHECKING:
@@ -312,10 +312,10 @@ class MaskAssembler:
         if hit is None:
             cg = self.cg
             start, nodes = self.space.opaque_node(d), self._node_sets[n_id]
-            node_list = nodes.tolist()
+            node_list = nodes.tolist() if len(nodes) <= MAX_START_NODES else None
             if start.id == 0:
                 rows, esc = [], []
-            elif self._narrow.is_narrow(start, node_list):
+            elif node_list is not None and self._narrow.is_narrow(start, node_list):
                 rows, esc = self._narrow.walk(start, node_list, want_escapes=True)
             else:
                 live = self._narrow.live_bytes(start)

@@ -129,6 +129,17 @@ class TokenTrie:
         """
         bv = np.asarray(byte_values, dtype=np.int64)
         nodes = np.asarray(nodes, dtype=np.int64)
+        if len(nodes) > 256 and (nodes[1:] >= nodes[:-1]).all():
+            on_bytes = [self.nodes_on_byte(int(b)) for b in bv.tolist()]
+            if sum(len(k) for k in on_bytes) < len(nodes):
+                # many nodes (a position that may end after every character): look the nodes on
+                # the wanted bytes up among them, not the other way round
+                hits = []
+                for kids in on_bytes:
+                    par = self.parent[kids]
+                    at = np.minimum(np.searchsorted(nodes, par), len(nodes) - 1)
+                    hits.append(kids[nodes[at] == par])
+                return np.sort(np.concatenate(hits)) if len(hits) > 1 else hits[0]
         n_kids = int((self.child_hi[nodes] - self.child_lo[nodes]).sum())
         if n_kids <= 8 * len(nodes) * len(bv):
             # fewer children than binary searches would cost: take them all, keep the wanted bytes
@@ -145,6 +156,15 @@ class TokenTrie:
         at = np.minimum(at, len(self._parent_byte) - 1)
         hit = at[self._parent_byte[at] == want]
         return np.sort(hit)
+
+    def nodes_on_byte(self, b: int) -> np.ndarray:
+        """The trie nodes whose last byte is ``b``, sorted (so their parents are sorted too: nodes
+        are numbered level by level, and within a level by parent). Made once per byte."""
+        index = self.__dict__.setdefault("_on_byte", {})
+        got = index.get(b)
+        if got is None:
+            got = index[b] = np.flatnonzero(self.byte == b)
+        return got
 
     def tokens_of_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(token ids, index into ``rows`` of each) for rows given by index: duplicates expand."""

@@ -1,0 +1,229 @@
+"""How many characters of a slice a parser state reads whatever they are (``slices.py``).
+
+The depth of a slice from a state is found breadth first over the parser's own memoised transitions,
+one level per character: every string of that many of the slice's characters, and every prefix of
+one (mid-character too), keeps the parse alive. Bytes the grammar puts in one class, and that every
+item of the state steps alike, lead to the same state, so one of each group is stepped. ``exact``
+finds where every longer string dies right after the depth (a count) and after which character
+counts the rule has ended on every string, for walks that skip whole subtrees of slice tokens.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from halter.grammar.slices import DEAD, N_UTF8, SLICES, TrieSlices
+
+if TYPE_CHECKING:
+    from halter.grammar.parser_state import Node, StateSpace
+
+MAX_DEPTH = 16
+"""Slice depths are searched up to this many characters: tokens longer than that are rare (~150
+of 100k string-character tokens on DeepSeek's vocabulary) and walked; the search costs a level per
+character, new states on a counted string."""
+
+EXACT_STATES = 64
+"""States per level past which ``SliceDepth.exact`` gives up (a count has a few per level)."""
+
+
+class SliceDepth:
+    """Slice depths of the parser states of one state space (memoised per state and slice)."""
+
+    def __init__(self, space: "StateSpace", slices: TrieSlices) -> None:
+        self.space = space
+        self.slices = slices
+        # per slice and UTF-8 state: the parser byte classes its bytes fall in, with the next
+        # state (made when the slice is first used)
+        self._cls: list = [None] * len(SLICES)
+        self._u2s: list = [None] * len(SLICES)
+        self._cols: list[dict] = [{} for _ in SLICES]     # (position, UTF-8 state) -> its next positions
+        self._depth: list[dict[int, int]] = [{} for _ in SLICES]
+        self._succ: list[dict[tuple[int, int], tuple | None]] = [{} for _ in SLICES]
+        self._exact: list[dict[int, tuple | None]] = [{} for _ in SLICES]
+
+    def _prepare(self, k: int) -> None:
+        if self._cls[k] is None:
+            class_of = np.asarray(self.space.class_of, dtype=np.int64)
+            table = SLICES[k].table
+            cls_per, u2_per = [], []
+            for u in range(N_UTF8):
+                on = np.flatnonzero(table[u] != DEAD)
+                pairs = np.unique(class_of[on] * (N_UTF8 + 1) + table[u, on])     # sorted by class
+                cls_per.append(tuple((pairs // (N_UTF8 + 1)).tolist()))
+                u2_per.append(tuple((pairs % (N_UTF8 + 1)).tolist()))
+            self._cls[k], self._u2s[k] = cls_per, u2_per
+
+    def best(self, start: "Node", uniform: bool = False) -> tuple[int, int]:
+        """(slice, depth) covering the most tokens from ``start``; depth 0 where none applies.
+        ``uniform``: only slices whose characters are all alike (for walks below a token's prefix)."""
+        best_k, best_d, best_n = 0, 0, 0
+        for k, sl in enumerate(SLICES):
+            if not self.slices.max_len[k] or (uniform and not sl.uniform):
+                continue
+            if k and best_d:
+                break          # a string's characters: the others (subsets of them) are for code
+            d = self.depth(start, k)
+            if d:
+                n = self.slices.n_covered(k, d)
+                if n > best_n:
+                    best_k, best_d, best_n = k, d, n
+        return best_k, best_d
+
+    def depth(self, start: "Node", k: int) -> int:
+        """How many characters of slice ``k`` ``start`` reads whatever they are, up to the slice's
+        longest token (``MAX_DEPTH`` at most): every string of the slice that many characters long,
+        and every prefix of one, leaves the parser alive.
+
+        Breadth first over (state, slice state) pairs between characters (``successors``), one
+        level per character; a pair met on an earlier level is not expanded again (its strings
+        were checked from a shorter prefix, so further), and a state whose depth is known bounds
+        what lies beyond it.
+        """
+        memo = self._depth[k]
+        hit = memo.get(start.id)
+        if hit is not None:
+            return hit
+        self._prepare(k)
+        best = min(self.slices.max_len[k], MAX_DEPTH)
+        level = [(start.id, 0)]
+        seen = {(start.id, 0)}
+        j = 0
+        while level and j < best:
+            nxt = []
+            for pair in level:
+                succ = self.successors(pair[0], pair[1], k)
+                if succ is None:             # a character read after j of them kills the parse
+                    best = j
+                    break
+                for t in succ:
+                    if t not in seen:
+                        seen.add(t)
+                        known = memo.get(t[0]) if t[1] == 0 else None
+                        if known is not None:
+                            best = min(best, j + 1 + known)
+                        else:
+                            nxt.append(t)
+            level = nxt
+            j += 1
+        memo[start.id] = best
+        return best
+
+    def successors(self, sid: int, u: int, k: int) -> tuple | None:
+        """The (state id, slice state) pairs after one more character of slice ``k`` from state
+        ``sid`` in slice state ``u`` (or after the rest of the character ``u`` is inside), or None
+        where some character (or the rest of one) kills the parse. Memoised.
+
+        Classes that every item of a state steps alike lead to the same state, so one of each
+        such group is stepped (the parser's transitions are memoised per class).
+        """
+        memo = self._succ[k]
+        at = (sid, u)
+        if at in memo:
+            return memo[at]
+        space = self.space
+        nodes, step_class, boundary = space.nodes, space.step_class, SLICES[k].boundary
+        out: set = set()
+        node = nodes[sid]
+        result: tuple | None = None
+        groups = self._groups(node, u, k)
+        if all(read for _, _, read in groups):            # (else a class no item reads: dead at once)
+            for cls, u2, _read in groups:
+                t = node.next[cls]
+                t_id = t if t >= 0 else step_class(node, cls).id
+                if t_id == 0:
+                    break
+                if boundary[u2]:
+                    out.add((t_id, u2))
+                else:                                      # mid-character: the rest of it, memoised
+                    rest = self.successors(t_id, u2, k)   # (states of a rule's rest are shared)
+                    if rest is None:
+                        break
+                    out.update(rest)
+            else:
+                result = tuple(out)
+        memo[at] = result
+        return result
+
+    def _groups(self, node: "Node", u: int, k: int) -> list[tuple[int, int, bool]]:
+        """(class, next slice state, read by some item) for one class of each group of the classes
+        of slice ``k`` from slice state ``u`` that every item of ``node`` steps alike: such classes
+        lead to the same state (the parser's transitions are memoised per class)."""
+        classes, cols, byte_next = self._cls[k][u], self._cols[k], self.space.a.byte_next
+        per_item = []
+        for d, _ in node.scan:
+            col = cols.get((d, u))
+            if col is None:
+                row = byte_next[d]
+                col = cols[(d, u)] = tuple(row[c] for c in classes)
+            per_item.append(col)
+        # the first class of each group, kept by walking the classes backwards into a dict
+        groups = dict(zip(reversed(list(zip(*per_item, self._u2s[k][u]))), reversed(classes)))
+        return [(cls, key[-1], max(key[:-1], default=-1) >= 0) for key, cls in groups.items()]
+
+    def exact(self, start: "Node", k: int, depth: int) -> tuple[int, ...] | None:
+        """Where every string of slice ``k`` (a uniform one) dies right after ``depth`` characters
+        from ``start`` (a count with ``depth`` left, ending its rule): the character counts ``j``
+        (1..``depth``) after which the rule has ended on every such string, so that the walk takes
+        every subtree of class tokens whole (``TrieSlices.escape_nodes``); None where the strings
+        differ (some end the rule after ``j`` characters and some not, one ends it mid-character,
+        one reads on), or a level holds more than ``EXACT_STATES`` states. Memoised per state and
+        depth: along a count, each position's answer is the next one's, one character on."""
+        self._prepare(k)
+        return self._exact_of(start.id, k, depth)
+
+    def _exact_of(self, sid: int, k: int, depth: int) -> tuple[int, ...] | None:
+        memo = self._exact[k]
+        key = (sid, depth)
+        if key in memo:
+            return memo[key]
+        memo[key] = None                         # (a state met again on its own strings: not exact)
+        level = self._step_all(sid, 0, k, depth == 0)
+        if depth == 0 or level is None:
+            got = () if depth == 0 and level is not None else None
+        elif not level or len(level) > EXACT_STATES:
+            got = None
+        else:
+            escaped = {self.space.nodes[t].escaped for t, _ in level}
+            rests = {self._exact_of(t, k, depth - 1) for t, _ in level}
+            if len(escaped) > 1 or len(rests) > 1 or None in rests:
+                got = None
+            else:
+                got = ((1,) if escaped.pop() else ()) + tuple(j + 1 for j in rests.pop())
+        memo[key] = got
+        return got
+
+    def _step_all(self, sid: int, u: int, k: int, must_die: bool):
+        """The states between characters after one more character of slice ``k``: all of them
+        (None where one dies, or with ``must_die`` where one lives; a state ending its rule
+        mid-character: None too)."""
+        space = self.space
+        nodes, step_class = space.nodes, space.step_class
+        boundary = SLICES[k].boundary
+        out: set = set()
+        todo = [(sid, u)]
+        mids = set()
+        while todo:
+            s, u = todo.pop()
+            node = nodes[s]
+            for cls, u2, read in self._groups(node, u, k):
+                if not read:
+                    if must_die:
+                        continue
+                    return None
+                t = node.next[cls]
+                t_id = t if t >= 0 else step_class(node, cls).id
+                if t_id == 0:
+                    if must_die:
+                        continue
+                    return None
+                if boundary[u2]:
+                    if must_die:
+                        return None
+                    out.add((t_id, u2))
+                elif (t_id, u2) not in mids:
+                    if nodes[t_id].escaped:
+                        return None
+                    mids.add((t_id, u2))
+                    todo.append((t_id, u2))
+        return out
