@@ -153,7 +153,7 @@ def _build(make):
     """The grammar; ``EMPTY`` when halter finds that nothing matches; the error's text for any
     other failure (a finding once Node reads the pattern). Unsupported constructs propagate."""
     from halter import GrammarError, SchemaError, UnsupportedSchemaError
-    from halter.grammar.automaton import NeverMatches
+    from halter.errors import NeverMatches
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

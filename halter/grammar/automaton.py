@@ -3,7 +3,7 @@
 Each rule body is a regular expression over three kinds of symbols: bytes (character classes are
 expanded to UTF-8 byte ranges), calls of other rules, and token references. It is turned into an NFA,
 determinized (rule calls are symbols, so ``x? x? x?`` or ``("a" | "a" | "aa")*`` collapse into a few
-states) and trimmed of states that can never complete. The states of all rules are then numbered
+states) and trimmed of states that can never complete (``trim.py``). The states of all rules are then numbered
 globally: these are the grammar *positions* that token masks are precomputed for. Last, positions
 that no input tells apart are merged, within a rule and across rules (``quotient.py``): that
 minimises every rule's DFA and shares the tails rules repeat. (``merge=False`` minimises each rule
@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from halter.errors import NeverMatches, RuleTooComplex
+from halter.errors import RuleTooComplex
 from halter.grammar.ast import Expr, TokenRef
 from halter.grammar.minimize import minimize_rule as _minimize
 from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
 from halter.grammar.quotient import merge_equivalent_positions
 from halter.grammar.split_rules import split_repeats
+from halter.grammar.trim import nullable_rules_of as _nullable
+from halter.grammar.trim import trim_rules as _trim
 
 MAX_DFA_STATES = 50_000
 # Bump whenever the construction changes: positions are cached on disk by number (see compiled.py).
@@ -294,122 +296,3 @@ def _assemble(b: NfaBuilder, per_rule: list, widen: list[np.ndarray], root: str,
                             next_array=np.concatenate(blocks), calls=calls, tokens=tokens,
                             token_refs=b.token_refs, class_of=class_of, n_classes=n_classes, nullable=nullable)
     return merge_equivalent_positions(automata) if merge else automata
-
-
-def _nullable(per_rule) -> list[bool]:
-    nullable = [False] * len(per_rule)
-    changed = True
-    while changed:
-        changed = False
-        for r, (acc, _bn, cl, _tk) in enumerate(per_rule):
-            if nullable[r]:
-                continue
-            seen, stack = {0}, [0]
-            while stack:
-                q = stack.pop()
-                if acc[q]:
-                    nullable[r] = changed = True
-                    break
-                for rr, t in cl[q]:
-                    if nullable[rr] and t not in seen:
-                        seen.add(t)
-                        stack.append(t)
-    return nullable
-
-
-def _trim(per_rule, names, root_id: int):
-    """Drop calls to rules that can never complete and states that cannot reach the rule's end."""
-    n = len(per_rule)
-    productive = [False] * n
-    callers: list[set[int]] = [set() for _ in range(n)]
-    for r, (_acc, _bn, cl, _tk) in enumerate(per_rule):
-        for row in cl:
-            for rr, _t in row:
-                callers[rr].add(r)
-    # a worklist: a rule is looked at again only when a rule it calls became productive
-    # (a pass over every rule until nothing changes is quadratic on a chain of rules)
-    pending, queued = list(range(n - 1, -1, -1)), [True] * n
-    while pending:
-        r = pending.pop()
-        queued[r] = False
-        if productive[r] or not _can_finish(per_rule[r], productive):
-            continue
-        productive[r] = True
-        for c in callers[r]:
-            if not productive[c] and not queued[c]:
-                queued[c] = True
-                pending.append(c)
-    if not productive[root_id]:
-        raise NeverMatches(f"the grammar can never match: rule '{names[root_id]}' has no finite "
-                           f"derivation (check for recursion without a base case)", 1, 1)
-    all_productive = all(productive)
-    out = []
-    for r, (acc, bn, cl, tk) in enumerate(per_rule):
-        if not all_productive:
-            cl = [[(rr, t) for rr, t in row if productive[rr]] for row in cl]
-        m = len(acc)
-        succ: list[set[int]] = []                  # per state: where its edges lead
-        for q in range(m):
-            s = set(bn[q])
-            s.discard(-1)
-            s.update([t for _rr, t in cl[q]])
-            s.update([t for _k, t in tk[q]])
-            succ.append(s)
-        # live = can reach an accepting state
-        rev: list[list[int]] = [[] for _ in range(m)]
-        for q, s in enumerate(succ):
-            for t in s:
-                rev[t].append(q)
-        live = {q for q in range(m) if acc[q]}
-        stack = list(live)
-        while stack:
-            q = stack.pop()
-            for p in rev[q]:
-                if p not in live:
-                    live.add(p)
-                    stack.append(p)
-        if 0 not in live:           # an unproductive rule: keep one inert state so numbering holds
-            out.append(([False], [[-1] * len(bn[0])], [[]], [[]]))
-            continue
-        if len(live) == m and all_productive:      # the usual case: subset construction made only
-            out.append((acc, bn, cl, tk))          # states reachable from the start, by these edges
-            continue
-        # reachable from start through live states only
-        reach, stack = {0}, [0]
-        while stack:
-            q = stack.pop()
-            for t in succ[q]:
-                if t in live and t not in reach:
-                    reach.add(t)
-                    stack.append(t)
-        if len(reach) == m:                        # the usual case: nothing to drop
-            out.append((acc, bn, cl, tk))
-            continue
-        order = sorted(reach)
-        new = {q: i for i, q in enumerate(order)}
-        renum = [-1] * (m + 1)                  # old state -> new (-1: dropped); renum[-1] is -1
-        for q, i in new.items():
-            renum[q] = i
-        get = renum.__getitem__
-        out.append(([acc[q] for q in order],
-                    [list(map(get, bn[q])) for q in order],
-                    [[(rr, new[t]) for rr, t in cl[q] if t in new] for q in order],
-                    [[(k, new[t]) for k, t in tk[q] if t in new] for q in order]))
-    return out
-
-
-def _can_finish(dfa, productive) -> bool:
-    acc, bn, cl, tk = dfa
-    seen, stack = {0}, [0]
-    while stack:
-        q = stack.pop()
-        if acc[q]:
-            return True
-        succ = set(bn[q])
-        succ.update([t for rr, t in cl[q] if productive[rr]])
-        succ.update([t for _, t in tk[q]])
-        for t in succ:
-            if t >= 0 and t not in seen:
-                seen.add(t)
-                stack.append(t)
-    return False

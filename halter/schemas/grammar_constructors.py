@@ -15,7 +15,7 @@ from typing import Any
 
 from halter.errors import SchemaError
 from halter.grammar import store
-from halter.grammar.automaton import NeverMatches, RuleTooComplex
+from halter.errors import NeverMatches, RuleTooComplex
 from halter.grammar.grammar import Grammar, register_front_end
 from halter.limits import deep_call
 

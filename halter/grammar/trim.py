@@ -1,0 +1,130 @@
+"""Trimming the per-rule DFAs before their states are numbered as grammar positions.
+
+A rule's DFA is ``(accepting, byte_next, calls, tokens)`` per state, start 0 (``automaton.py``).
+``trim_rules`` drops calls of rules that can never complete (``NeverMatches`` when the root is
+one of them) and the states that cannot reach the rule's end or be reached from its start;
+``nullable_rules_of`` says which rules can complete without reading a byte.
+"""
+from __future__ import annotations
+
+from halter.errors import NeverMatches
+
+
+def nullable_rules_of(per_rule: list) -> list[bool]:
+    """Per rule: can it complete without reading anything (through calls of nullable rules)?"""
+    nullable = [False] * len(per_rule)
+    changed = True
+    while changed:
+        changed = False
+        for r, (acc, _bn, cl, _tk) in enumerate(per_rule):
+            if nullable[r]:
+                continue
+            seen, stack = {0}, [0]
+            while stack:
+                q = stack.pop()
+                if acc[q]:
+                    nullable[r] = changed = True
+                    break
+                for rr, t in cl[q]:
+                    if nullable[rr] and t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+    return nullable
+
+
+def trim_rules(per_rule: list, names: list[str], root_id: int) -> list:
+    """Drop calls to rules that can never complete and states that cannot reach the rule's end."""
+    n = len(per_rule)
+    productive = [False] * n
+    callers: list[set[int]] = [set() for _ in range(n)]
+    for r, (_acc, _bn, cl, _tk) in enumerate(per_rule):
+        for row in cl:
+            for rr, _t in row:
+                callers[rr].add(r)
+    # a worklist: a rule is looked at again only when a rule it calls became productive
+    # (a pass over every rule until nothing changes is quadratic on a chain of rules)
+    pending, queued = list(range(n - 1, -1, -1)), [True] * n
+    while pending:
+        r = pending.pop()
+        queued[r] = False
+        if productive[r] or not _can_finish(per_rule[r], productive):
+            continue
+        productive[r] = True
+        for c in callers[r]:
+            if not productive[c] and not queued[c]:
+                queued[c] = True
+                pending.append(c)
+    if not productive[root_id]:
+        raise NeverMatches(f"the grammar can never match: rule '{names[root_id]}' has no finite "
+                           f"derivation (check for recursion without a base case)", 1, 1)
+    all_productive = all(productive)
+    out = []
+    for r, (acc, bn, cl, tk) in enumerate(per_rule):
+        if not all_productive:
+            cl = [[(rr, t) for rr, t in row if productive[rr]] for row in cl]
+        m = len(acc)
+        succ: list[set[int]] = []                  # per state: where its edges lead
+        for q in range(m):
+            s = set(bn[q])
+            s.discard(-1)
+            s.update([t for _rr, t in cl[q]])
+            s.update([t for _k, t in tk[q]])
+            succ.append(s)
+        # live = can reach an accepting state
+        rev: list[list[int]] = [[] for _ in range(m)]
+        for q, s in enumerate(succ):
+            for t in s:
+                rev[t].append(q)
+        live = {q for q in range(m) if acc[q]}
+        stack = list(live)
+        while stack:
+            q = stack.pop()
+            for p in rev[q]:
+                if p not in live:
+                    live.add(p)
+                    stack.append(p)
+        if 0 not in live:           # an unproductive rule: keep one inert state so numbering holds
+            out.append(([False], [[-1] * len(bn[0])], [[]], [[]]))
+            continue
+        if len(live) == m and all_productive:      # the usual case: subset construction made only
+            out.append((acc, bn, cl, tk))          # states reachable from the start, by these edges
+            continue
+        # reachable from start through live states only
+        reach, stack = {0}, [0]
+        while stack:
+            q = stack.pop()
+            for t in succ[q]:
+                if t in live and t not in reach:
+                    reach.add(t)
+                    stack.append(t)
+        if len(reach) == m:                        # the usual case: nothing to drop
+            out.append((acc, bn, cl, tk))
+            continue
+        order = sorted(reach)
+        new = {q: i for i, q in enumerate(order)}
+        renum = [-1] * (m + 1)                  # old state -> new (-1: dropped); renum[-1] is -1
+        for q, i in new.items():
+            renum[q] = i
+        get = renum.__getitem__
+        out.append(([acc[q] for q in order],
+                    [list(map(get, bn[q])) for q in order],
+                    [[(rr, new[t]) for rr, t in cl[q] if t in new] for q in order],
+                    [[(k, new[t]) for k, t in tk[q] if t in new] for q in order]))
+    return out
+
+
+def _can_finish(dfa, productive) -> bool:
+    acc, bn, cl, tk = dfa
+    seen, stack = {0}, [0]
+    while stack:
+        q = stack.pop()
+        if acc[q]:
+            return True
+        succ = set(bn[q])
+        succ.update([t for rr, t in cl[q] if productive[rr]])
+        succ.update([t for _, t in tk[q]])
+        for t in succ:
+            if t >= 0 and t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return False
