@@ -1,5 +1,5 @@
-"""Graph algorithms the grammar layer shares: strongly connected components, iteratively (a grammar's
-rule graph can be a chain of thousands of rules, deeper than Python's stack)."""
+"""Graph algorithms the grammar layer shares, iteratively (a grammar's rule graph can be a chain of
+thousands of rules, deeper than Python's stack): strongly connected components, reachability."""
 from __future__ import annotations
 
 from typing import Callable, Hashable, Iterable, TypeVar
@@ -47,3 +47,15 @@ def strongly_connected_components(nodes: Iterable[N], succ: Callable[[N], Iterab
                             break
                     out.append(group)
     return out
+
+
+def reachable(starts: Iterable[N], succ: Callable[[N], Iterable[N]]) -> set[N]:
+    """Every node reachable from ``starts`` (themselves included) through ``succ``."""
+    seen = set(starts)
+    stack = list(seen)
+    while stack:
+        for t in succ(stack.pop()):
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return seen

@@ -11,7 +11,7 @@ graph can be a chain of thousands of rules).
 from __future__ import annotations
 
 from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq, children, rule_refs
-from halter.grammar.graphs import strongly_connected_components
+from halter.grammar.graphs import reachable, strongly_connected_components
 
 
 def _nullable_map(e: Expr, empty_rules: set[str]) -> dict[int, bool]:
@@ -100,12 +100,7 @@ def left_recursive_rules(rules: dict[str, Expr]) -> list[list[str]]:
             cyclic.update(comp)
     if not cyclic:
         return []
-    reach, stack = set(cyclic), list(cyclic)
-    while stack:
-        for r in refs[stack.pop()]:
-            if r not in reach:
-                reach.add(r)
-                stack.append(r)
+    reach = reachable(cyclic, refs.__getitem__)
     empty = nullable_rules({name: body for name, body in rules.items() if name in reach})
     first = {name: _first_calls(body, empty) & cyclic for name, body in rules.items() if name in cyclic}
     order = {name: i for i, name in enumerate(rules)}
