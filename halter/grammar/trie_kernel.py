@@ -22,7 +22,21 @@ from halter.grammar import slice_depth, slices
 from halter.grammar.trie_walk import sorted_unique
 
 
+def _set_subtree(bits, row_lo, row_hi, row_first, row_count, tok_sorted, k):
+    """Set every token below trie node ``k`` in ``bits`` (its rows ``row_lo[k]:row_hi[k]``)."""
+    for r in range(row_lo[k], row_hi[k]):
+        f = row_first[r]
+        for j in range(f, f + row_count[r]):
+            t = tok_sorted[j]
+            bits[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+_set_subtree_impl = _set_subtree      # what ``_walk`` calls: the compiled ``_set_subtree`` once built
+
+
 def _build(numba):
+    global _set_subtree_impl
+    _set_subtree_impl = numba.njit(cache=True, nogil=True, inline="always")(_set_subtree)
     return numba.njit(cache=True, nogil=True)(_walk)
 
 
@@ -63,11 +77,7 @@ def _walk(table, escaped, byte_cls, node_byte, child_lo, child_hi, node_row, row
         head += 1
         if dep > 0 and skip[k] <= dep:
             if fill:
-                for r in range(row_lo[k], row_hi[k]):
-                    f = row_first[r]
-                    for j in range(f, f + row_count[r]):
-                        t = tok_sorted[j]
-                        bits[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                _set_subtree_impl(bits, row_lo, row_hi, row_first, row_count, tok_sorted, k)
             continue
         r = node_row[k]
         if r >= 0:
@@ -86,11 +96,7 @@ def _walk(table, escaped, byte_cls, node_byte, child_lo, child_hi, node_row, row
             for c in range(lo, hi):
                 if dep > 0 and skip[c] <= dep:
                     if fill:
-                        for r in range(row_lo[c], row_hi[c]):
-                            f = row_first[r]
-                            for j in range(f, f + row_count[r]):
-                                t = tok_sorted[j]
-                                bits[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                        _set_subtree_impl(bits, row_lo, row_hi, row_first, row_count, tok_sorted, c)
                     continue
                 cls = byte_cls[node_byte[c]]
                 nxt = table[s, cls]
