@@ -130,7 +130,10 @@ class DeviceSampler:
             raise ValueError(f"DeviceSampler.sample: logits must be [V] or [B, V], got {tuple(logits.shape)}")
         x = x.to(torch.float32, copy=True)
         if bitmask is not None:
-            bm = bitmask if not isinstance(bitmask, np.ndarray) else torch.from_numpy(np.ascontiguousarray(bitmask))
+            bm = bitmask
+            if isinstance(bitmask, np.ndarray):          # to the device without waiting for the stream
+                arr = np.ascontiguousarray(bitmask)
+                bm = self.to_device(arr.view(np.int32) if arr.dtype == np.uint32 else arr, x.device)
             apply_bitmask(x, bm.unsqueeze(0) if bm.dim() == 1 else bm)
         tokens, ids, probs = self._chain(x, lambda B, kept: self._uniform(B, x.device, kept))
         if single:
