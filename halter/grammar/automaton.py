@@ -157,6 +157,14 @@ def _determinize(nfa: Nfa, s: int, e: int, class_starts: np.ndarray, name: str):
             order.append(sub)
         return dfa_id
 
+    single: dict[int, int] = {}                 # one NFA target -> its DFA state (most targets)
+
+    def target1(t: int) -> int:
+        dfa_id = single.get(t)
+        if dfa_id is None:
+            dfa_id = single[t] = target((t,))
+        return dfa_id
+
     i = 0
     while i < len(order):
         subset = order[i]
@@ -170,37 +178,65 @@ def _determinize(nfa: Nfa, s: int, e: int, class_starts: np.ndarray, name: str):
         if len(intervals) == 1:                 # one byte range (inside a literal, most states)
             lo, hi, t = intervals[0]
             lo, hi = at[lo], at[hi]
-            row[lo:hi] = [target((t,))] * (hi - lo)
+            row[lo:hi] = [target1(t)] * (hi - lo)
+            intervals = ()
         elif intervals:
             ivs = sorted(intervals)
-            if all(ivs[k][1] <= ivs[k + 1][0] for k in range(len(ivs) - 1)):
+            prev = -1
+            for lo, hi, _t in ivs:
+                if lo < prev:
+                    break
+                prev = hi
+            else:
                 # disjoint ranges (the first bytes of a few literals or classes): each its own
                 # target, found in the order the sweep below would find them
                 for lo, hi, t in ivs:
                     lo, hi = at[lo], at[hi]
-                    row[lo:hi] = [target((t,))] * (hi - lo)
-            else:
-                # classes between consecutive interval ends share one target set: a sweep over
-                # the ends keeps the set of covering intervals' targets, one lookup per segment
-                ends = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
-                where = {c: i for i, c in enumerate(ends)}
-                opens: list[list[int]] = [[] for _ in ends]
-                closes: list[list[int]] = [[] for _ in ends]
-                for lo, hi, t in intervals:
-                    opens[where[lo]].append(t)
-                    closes[where[hi]].append(t)
-                active: dict[int, int] = {}
-                for k in range(len(ends) - 1):
-                    for t in closes[k]:
-                        if active[t] == 1:
-                            del active[t]
-                        else:
-                            active[t] -= 1
-                    for t in opens[k]:
-                        active[t] = active.get(t, 0) + 1
-                    if active:
-                        lo, hi = at[ends[k]], at[ends[k + 1]]
-                        row[lo:hi] = [target(active)] * (hi - lo)
+                    row[lo:hi] = [target1(t)] * (hi - lo)
+                intervals = ()
+            if intervals:
+                # the same range out of many NFA states (copies of one class in a counted
+                # repeat, ``[a-z0-9-]{0,61}``): one target set per distinct range, and when the
+                # distinct ranges are disjoint they are the segments the sweep below would find
+                groups: dict[tuple[int, int], list[int]] = {}
+                for lo, hi, t in ivs:
+                    ts = groups.get((lo, hi))
+                    if ts is None:
+                        groups[(lo, hi)] = [t]
+                    else:
+                        ts.append(t)
+                prev = -1
+                for lo, hi in groups:           # (in order: ivs is sorted)
+                    if lo < prev:
+                        break
+                    prev = hi
+                else:
+                    for (lo, hi), ts in groups.items():
+                        lo, hi = at[lo], at[hi]
+                        row[lo:hi] = [target1(ts[0]) if len(ts) == 1 else target(ts)] * (hi - lo)
+                    intervals = ()
+        if intervals:
+            # classes between consecutive interval ends share one target set: a sweep over
+            # the ends keeps the set of covering intervals' targets, one lookup per segment
+            ends = sorted({lo for lo, _, _ in intervals} | {hi for _, hi, _ in intervals})
+            where = {c: i for i, c in enumerate(ends)}
+            opens: list[list[int]] = [[] for _ in ends]
+            closes: list[list[int]] = [[] for _ in ends]
+            for lo, hi, t in intervals:
+                opens[where[lo]].append(t)
+                closes[where[hi]].append(t)
+            active: dict[int, int] = {}
+            for k in range(len(ends) - 1):
+                for t in closes[k]:
+                    if active[t] == 1:
+                        del active[t]
+                    else:
+                        active[t] -= 1
+                for t in opens[k]:
+                    active[t] = active.get(t, 0) + 1
+                if active:
+                    lo, hi = at[ends[k]], at[ends[k + 1]]
+                    row[lo:hi] = [target(active)] * (hi - lo)
         accepting.append(e in subset)
         byte_next.append(row)
         if linked.isdisjoint(subset):           # most states: no calls, no token references

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from halter import gc_pause
 from halter.errors import GrammarError
-from halter.grammar.ast import Expr, RuleSet, format_grammar, has_token_refs
+from halter.grammar.ast import Expr, RuleSet, format_grammar
 from halter.grammar.automaton import RuleAutomata, RuleTooComplex, build_automata
 from halter.grammar.gbnf_parser import check_references, parse_gbnf
 from halter.grammar.text_matcher import TextMatcher
@@ -36,7 +37,8 @@ class Grammar:
         self.root = root
         if _automata is None:
             try:
-                _automata = build_automata(self.rules, root)
+                with gc_pause.paused():
+                    _automata = build_automata(self.rules, root)
             except RuleTooComplex as err:
                 # where the rule is defined (its source rule's, for an auxiliary "x--repeat-3")
                 where = (_positions or {}).get((err.rule or "").split("--")[0])
@@ -49,13 +51,18 @@ class Grammar:
                 raise type(err)(err.message, err.line, err.column, _text) from None   # (keeps NeverMatches...)
         self._automata: RuleAutomata = _automata
         self._space = StateSpace(self._automata)
-        self._has_token_refs = any(has_token_refs(self.rules[n]) for n in self._automata.rule_names
-                                   if n in self.rules)
+        # (every token reference a reachable rule holds, expanded callees' included, is in the automata)
+        self._has_token_refs = bool(self._automata.token_refs)
 
     # -- constructors ------------------------------------------------------------------------
     @classmethod
     def from_gbnf(cls, text: str, root: str = "root") -> "Grammar":
         """Parse llama.cpp GBNF; raise ``GrammarError`` (with ``.line``/``.column``) on bad input."""
+        with gc_pause.paused():
+            return cls._from_gbnf(text, root)
+
+    @classmethod
+    def _from_gbnf(cls, text: str, root: str) -> "Grammar":
         import warnings
 
         from halter.errors import GrammarWarning
@@ -64,7 +71,7 @@ class Grammar:
         if cached is not None:
             grammar, found = cached
             for message, line, column, kind in found or ():
-                warnings.warn(GrammarWarning(message, line, column, kind), stacklevel=2)
+                warnings.warn(GrammarWarning(message, line, column, kind), stacklevel=3)
             return grammar
         rs = parse_gbnf(text)
         check_references(rs, root, text)
@@ -73,7 +80,7 @@ class Grammar:
         found = rs.warnings + dead_end_warnings(rs.rules, root, rs.positions)
         found.sort(key=lambda w: (w[1], w[2]))
         for message, line, column, kind in found:
-            warnings.warn(GrammarWarning(message, line, column, kind), stacklevel=2)
+            warnings.warn(GrammarWarning(message, line, column, kind), stacklevel=3)
         grammar.warnings = [GrammarWarning(*w) for w in found]
         store.store(text, grammar, found)
         return grammar

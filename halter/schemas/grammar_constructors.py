@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from halter import gc_pause
 from halter.errors import SchemaError
 from halter.grammar import store
 from halter.errors import NeverMatches, RuleTooComplex
@@ -21,7 +22,8 @@ from halter.limits import deep_call
 
 
 def from_json_schema(cls: type[Grammar], schema: Any, **options: Any) -> Grammar:
-    return deep_call(_from_json_schema, cls, schema, where="the JSON Schema", **options)
+    with gc_pause.paused():           # (the build keeps what it allocates: see gc_pause.py)
+        return deep_call(_from_json_schema, cls, schema, where="the JSON Schema", **options)
 
 
 def _from_json_schema(cls: type[Grammar], schema: Any, **options: Any) -> Grammar:
