@@ -12,6 +12,7 @@ from halter.errors import SchemaError, UnsupportedSchemaError
 from halter.grammar import Grammar
 from halter.schemas import SchemaWarning, json_schema_to_gbnf
 from halter.schemas.format_check import format_checker
+from tests.conftest import shared_path
 from tests.schema_checks import random_texts
 
 # (schema, valid instances, invalid instances)
@@ -225,3 +226,29 @@ def test_long_bounds_keep_the_automaton_small():
     g = Grammar.from_json_schema(schema)
     assert g._automata.n_positions < 3000
     assert g.matches('{"a": "' + "x" * 1000 + '", "b": "yz"}')
+
+
+# -- the 2020-12 metaschema check, made of one document --------------------------------------------
+
+_BAD_2020 = [{"minLength": -1}, {"$defs": {"a": 3}}, {"definitions": {"a": "x"}}, {"dependencies": {"a": 3}},
+             {"$anchor": "1bad"}, {"prefixItems": {}}, {"unevaluatedProperties": 3}, {"contentSchema": 3},
+             {"format": 3}, {"deprecated": "x"}, {"type": "integr"}, {"properties": {"a": {"items": 5}}},
+             {"anyOf": []}, {"items": {"$ref": 7}}, {"required": ["a", "a"]}, {"$recursiveAnchor": "1x"},
+             {"dependentRequired": {"a": [1]}}, {"not": {"enum": 5}}, {"additionalProperties": {"minimum": "0"}}]
+
+
+def test_the_one_document_2020_metaschema_judges_schemas_as_the_full_one_does():
+    from halter.schemas.metaschema import _flat_2020_validator, check_document
+    fast = _flat_2020_validator()
+    assert fast is not None
+    full = jsonschema.Draft202012Validator(jsonschema.Draft202012Validator.META_SCHEMA)
+    rows = shared_path("schema", "jsonschemabench_dev.jsonl").read_text().splitlines()
+    schemas = [json.loads(row)["schema"] for row in rows[::3]] + _BAD_2020
+    schemas += [{"properties": {"p": bad}} for bad in _BAD_2020] + [{"$defs": {"d": bad}} for bad in _BAD_2020]
+    verdicts = [full.is_valid(s) for s in schemas]
+    assert [fast.is_valid(s) for s in schemas] == verdicts
+    assert sum(verdicts) >= 40 and verdicts.count(False) >= 3 * len(_BAD_2020)
+    # an invalid schema's error is the full metaschema's
+    with pytest.raises(SchemaError) as err:
+        check_document({"properties": {"p": {"minLength": -1}}})
+    assert err.value.pointer == "#/properties/p/minLength" and "-1" in str(err.value)
