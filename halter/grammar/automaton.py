@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from halter.errors import RuleTooComplex
+from halter.grammar import rule_memo
 from halter.grammar.ast import Expr, TokenRef
 from halter.grammar.minimize import minimize_rule as _minimize
 from halter.grammar.nfa import BYTES, CALL, EPS, TOKEN, Nfa, NfaBuilder
@@ -72,8 +73,9 @@ class RuleAutomata:
         return len(self.rule_of)
 
 
-def _byte_classes(builders: list[tuple[Nfa, int, int]]) -> list[int]:
-    """Byte -> class: bytes between consecutive ends of any byte range of any rule share one."""
+def _byte_classes(builders: list[tuple[Nfa, int, int]], hits: dict[int, tuple] | None = None) -> list[int]:
+    """Byte -> class: bytes between consecutive ends of any byte range of any rule share one
+    (``hits``: rule -> rule_memo entry, for rules not emitted)."""
     cuts = {0, 256}
     for nfa, _, _ in builders:
         for edges in nfa.edges:
@@ -81,6 +83,8 @@ def _byte_classes(builders: list[tuple[Nfa, int, int]]) -> list[int]:
                 if kind == BYTES:
                     cuts.add(label[0])
                     cuts.add(label[1] + 1)
+    for entry in (hits or {}).values():
+        cuts |= entry[3]
     bounds = sorted(cuts)
     class_of = [0] * 256
     for ci in range(len(bounds) - 1):
@@ -295,13 +299,22 @@ def build_automata(rules: dict[str, Expr], root: str, *, merge: bool = True) -> 
 def _determinize_all(b: NfaBuilder, merge: bool) -> tuple[list, list[np.ndarray]]:
     """Each rule's DFA over its own classes, and the map from the grammar's classes to those;
     ``RuleTooComplex`` (a ``GrammarError``) if one is too large."""
-    class_of = _byte_classes(b.nfas)
+    class_of = _byte_classes(b.nfas, b.memo_hits)
     n_classes = max(class_of) + 1
     b.class_of, b.n_classes = class_of, n_classes
     class_starts = np.asarray([0] + [x for x in range(1, 256) if class_of[x] != class_of[x - 1]])
     per_rule, widen = [], []
     for r, (nfa, s, e) in enumerate(b.nfas):
-        dfa, local = _determinize(nfa, s, e, class_starts, b.names[r])
+        hit = b.memo_hits.get(r)
+        if hit is not None:                           # an earlier grammar's DFA of this rule
+            dfa = rule_memo.restore(hit, b.index)
+            local = np.searchsorted(np.asarray(sorted(hit[3] | {0, 256})), class_starts, side="right") - 1
+        else:
+            dfa, local = _determinize(nfa, s, e, class_starts, b.names[r])
+            key = b.memo_keys.get(r)
+            if key is not None:
+                cuts = {c for edges in nfa.edges for k, lb, _t in edges if k == BYTES for c in (lb[0], lb[1] + 1)}
+                rule_memo.store(key, dfa, b.names, cuts, list(dict.fromkeys(nfa.called)))
         # the merge at the end finds every equivalence that minimising each rule would (and those
         # across rules), so rule-by-rule minimisation only runs when there is no merge
         per_rule.append(dfa if merge else _minimize(*dfa))

@@ -13,6 +13,7 @@ import sys
 
 from halter.grammar.ast import (AnyChar, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, TokenRef,
                                 MAX_CODE_POINT, rule_refs)
+from halter.grammar import rule_memo
 from halter.grammar.repeats import emit_repeat
 from halter.grammar.graphs import strongly_connected_components
 from halter.grammar.utf8 import utf8_sequences_cached
@@ -54,6 +55,7 @@ class Nfa:
         self.edges: list[list[tuple[int, object, int]]] = []
         # (id of expression, end state) or (UTF-8 tail ranges, end state) -> the state starting it
         self.shared: dict[tuple, int] = {}
+        self.called: list[str] = []         # the rules it calls, in the order emission met them
 
     def new(self) -> int:
         self.edges.append([])
@@ -68,6 +70,9 @@ class NfaBuilder:
 
     def __init__(self, rules: dict[str, Expr]) -> None:
         self.rules = dict(rules)
+        self.user_rules = frozenset(rules)        # (not the auxiliary rules emission adds)
+        self.memo_hits: dict[int, tuple] = {}     # rule id -> the rule_memo entry it was built from
+        self.memo_keys: dict[int, tuple] = {}     # rule id -> the rule_memo key to keep its DFA under
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.nfas: list[tuple[Nfa, int, int]] = []
@@ -253,7 +258,17 @@ class NfaBuilder:
                 nfa = Nfa()
                 s, e = nfa.new(), nfa.new()
                 self.nfas.append((nfa, s, e))
-                self.emit(nfa, self.rules[name], s, e, name)
+                key = rule_memo.key_of(self, name) if inline else None
+                entry = rule_memo.lookup(key)
+                if entry is not None:             # built by an earlier grammar: number its callees
+                    self.memo_hits[i] = entry
+                    for callee in entry[4]:
+                        self.rule_id(callee)
+                else:
+                    before = len(self.rules)
+                    self.emit(nfa, self.rules[name], s, e, name)
+                    if key is not None and rule_memo.keepable(self, nfa, before):
+                        self.memo_keys[i] = key
                 i += 1
         finally:
             sys.setrecursionlimit(limit)
@@ -355,6 +370,7 @@ class NfaBuilder:
                 self.emit(nfa, self.rules[expr.name], s, e, rule)
             else:
                 nfa.add(s, CALL, self.rule_id(expr.name), e)
+                nfa.called.append(expr.name)
         elif isinstance(expr, TokenRef):
             if expr not in self.token_index:
                 self.token_index[expr] = len(self.token_refs)

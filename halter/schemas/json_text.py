@@ -21,6 +21,7 @@ from collections.abc import Callable
 from halter.grammar.ast import (MAX_CODE_POINT, Alt, AnyChar, CharClass, Expr, Literal, Repeat, RuleRef,
                                 Seq, alt, merge_ranges)
 from halter.schemas.digits import DIGIT, HEX, NONZERO, cat, fixed_width_range  # noqa: F401 - re-exported
+from halter.grammar.rule_memo import canonical
 from halter.schemas.rules import Rules
 
 
@@ -213,7 +214,7 @@ class JsonText:
         raw, escaped = _class_spellings(key)
         options: list[Expr] = [CharClass(raw)] if raw else []
         if escaped is not None:
-            options.append(self.rules.add("jesc", escaped))
+            options.append(self.rules.shared("jesc", escaped))
         result = alt(*options) if options else NEVER
         self._class_rules[key] = result
         return result
@@ -296,6 +297,6 @@ class JsonText:
         obj = self.rules.fixed("json-object", cat(self.tok("{"), Repeat(cat(member, Repeat(cat(self.tok(","), member), 0, None)), 0, 1), Literal("}")))
         item = cat(val, ws)
         arr = self.rules.fixed("json-array", cat(self.tok("["), Repeat(cat(item, Repeat(cat(self.tok(","), item), 0, None)), 0, 1), Literal("]")))
-        self.rules.define("json-value", alt(obj, arr, self.string(), self.number(),
-                                            Literal("true"), Literal("false"), Literal("null")))
+        self.rules.define("json-value", canonical(alt(obj, arr, self.string(), self.number(),
+                                                      Literal("true"), Literal("false"), Literal("null"))))
         return val

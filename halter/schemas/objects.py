@@ -55,7 +55,7 @@ def key_complement(js: JsonText, names: list[str]) -> Expr:
             node = node.setdefault(ch, {})
         node[""] = {}
     rules = js.rules
-    any_rest = rules.add("key-rest", cat(Repeat(js.string_char(), 0, None), Literal('"')))
+    any_rest = rules.shared("key-rest", cat(Repeat(js.string_char(), 0, None), Literal('"')))
 
     def size(node: dict) -> int:
         return 1 + sum(size(v) for v in node.values())
@@ -103,7 +103,7 @@ class ObjectBuilder:
         # a key rule (keys other than the named ones, patternProperties) may end inside a token
         # (``":``): what follows is one rule shared by every object with the same value schema,
         # so the masks that depend on it are computed once, not once per object
-        return cat(key, self.rules.add("member-value", tail))
+        return cat(key, self.rules.shared("member-value", tail))
 
     def build(self, spec: ObjectSpec) -> Expr | None:
         js = self.js

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq
+from halter.grammar.rule_memo import canonical
 
 _BAD = re.compile(r"[^A-Za-z0-9-]+")
 
@@ -49,10 +50,17 @@ class Rules:
         return self.define(self.reserve(hint), body)
 
     def fixed(self, name: str, body: Expr) -> RuleRef:
-        """A rule with exactly ``name`` (shared helpers such as ``ws`` or ``json-string``)."""
+        """A rule with exactly ``name`` (shared helpers such as ``ws`` or ``json-string``).
+
+        Its body is the process's one copy of it (``rule_memo.canonical``): the automaton built
+        for it by one grammar serves the next."""
         if name not in self.rules:
-            self.define(name, body)
+            self.define(name, canonical(body))
         return RuleRef(name)
+
+    def shared(self, hint: str, body: Expr) -> RuleRef:
+        """``add`` for a body that recurs across schemas (an escape, an object's value tail)."""
+        return self.add(hint, canonical(body))
 
 
 def tidy(expr: Expr, memo: dict[int, Expr] | None = None) -> Expr:
