@@ -337,9 +337,9 @@ def _assemble(b: NfaBuilder, per_rule: list, widen: list[np.ndarray], root: str,
         rows = np.array(bn, dtype=np.int32)[:, widen[r]]          # the grammar's classes
         np.add(rows, off, out=rows, where=rows >= 0)              # local state -> position; -1 stays
         blocks.append(rows)
-        for q in range(len(acc)):
-            calls.append(tuple((rr, t + off) for rr, t in cl[q]))
-            tokens.append(tuple((k, t + off) for k, t in tk[q]))
+        for q in range(len(acc)):              # (most positions call nothing)
+            calls.append(tuple([(rr, t + off) for rr, t in cl[q]]) if cl[q] else ())
+            tokens.append(tuple([(k, t + off) for k, t in tk[q]]) if tk[q] else ())
     nullable = _nullable(per_rule)
     automata = RuleAutomata(rule_names=b.names, root=0, start=offsets, rule_of=rule_of, accepting=accepting,
                             next_array=np.concatenate(blocks), calls=calls, tokens=tokens,

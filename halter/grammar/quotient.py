@@ -231,8 +231,10 @@ def merge_equivalent_positions(a: "RuleAutomata") -> "RuleAutomata":
     accepting = [a.accepting[p] for p in reps]
     ext = np.asarray(new_id, dtype=np.int32)           # ext[-1] == -1
     next_array = ext[a.next_array[reps]]
-    calls = [tuple(dict.fromkeys((canon[start[r]], new_id[t]) for r, t in a.calls[p])) for p in reps]
-    tokens = [tuple(dict.fromkeys((k, new_id[t]) for k, t in a.tokens[p])) for p in reps]
+    a_calls, a_tokens = a.calls, a.tokens
+    calls = [tuple(dict.fromkeys([(canon[start[r]], new_id[t]) for r, t in a_calls[p]])) if a_calls[p] else ()
+             for p in reps]
+    tokens = [tuple(dict.fromkeys([(k, new_id[t]) for k, t in a_tokens[p]])) if a_tokens[p] else () for p in reps]
     return RuleAutomata(rule_names=a.rule_names, root=a.root, start=start, rule_of=rule_of, accepting=accepting,
                         next_array=next_array, calls=calls, tokens=tokens, token_refs=a.token_refs,
                         class_of=a.class_of, n_classes=a.n_classes, nullable=a.nullable)

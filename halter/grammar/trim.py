@@ -67,8 +67,10 @@ def trim_rules(per_rule: list, names: list[str], root_id: int) -> list:
         for q in range(m):
             s = set(bn[q])
             s.discard(-1)
-            s.update([t for _rr, t in cl[q]])
-            s.update([t for _k, t in tk[q]])
+            if cl[q]:
+                s.update([t for _rr, t in cl[q]])
+            if tk[q]:
+                s.update([t for _k, t in tk[q]])
             succ.append(s)
         # live = can reach an accepting state
         rev: list[list[int]] = [[] for _ in range(m)]
@@ -121,8 +123,10 @@ def _can_finish(dfa, productive) -> bool:
         if acc[q]:
             return True
         succ = set(bn[q])
-        succ.update([t for rr, t in cl[q] if productive[rr]])
-        succ.update([t for _, t in tk[q]])
+        if cl[q]:
+            succ.update([t for rr, t in cl[q] if productive[rr]])
+        if tk[q]:
+            succ.update([t for _, t in tk[q]])
         for t in succ:
             if t >= 0 and t not in seen:
                 seen.add(t)

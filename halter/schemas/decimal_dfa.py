@@ -198,11 +198,13 @@ def _minimise(trans: list[dict[str, int]], accept: list[bool]) -> tuple[list[dic
     if 0 not in live:
         return [], []
     block = {s: int(accept[s]) for s in live}
+    states = sorted(live)
+    edges = {s: [(ch, t) for ch, t in sorted(trans[s].items()) if t in live] for s in states}   # (once, not per round)
     while True:
         sigs: dict[tuple, int] = {}
         new = {}
-        for s in sorted(live):
-            sig = (block[s], tuple((ch, block[t]) for ch, t in sorted(trans[s].items()) if t in live))
+        for s in states:
+            sig = (block[s], tuple([(ch, block[t]) for ch, t in edges[s]]))
             new[s] = sigs.setdefault(sig, len(sigs))
         if len(sigs) == len(set(block.values())):
             break

@@ -103,7 +103,10 @@ class ObjectBuilder:
         # a key rule (keys other than the named ones, patternProperties) may end inside a token
         # (``":``): what follows is one rule shared by every object with the same value schema,
         # so the masks that depend on it are computed once, not once per object
-        return cat(key, self.rules.shared("member-value", tail))
+        # (a value that is a rule call, such as any JSON value, makes a small tail every schema
+        # may share: kept once per process, see Rules.shared; a value written out stays local)
+        add = self.rules.shared if isinstance(value, RuleRef) else self.rules.add
+        return cat(key, add("member-value", tail))
 
     def build(self, spec: ObjectSpec) -> Expr | None:
         js = self.js
