@@ -14,7 +14,6 @@ with the memo against grammars built without it, position by position.
 """
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from halter.grammar.ast import Expr, rule_refs
@@ -28,22 +27,16 @@ MAX_ENTRIES = 1024        # rule automata kept
 _canon: dict[Expr, Expr] = {}
 _canon_ids: set[int] = set()
 _entries: dict[tuple, tuple] = {}
-_lock = threading.Lock()
 enabled = True            # (tests turn it off to build the same grammars without it)
 
 
 def canonical(body: Expr) -> Expr:
     """The one object kept for bodies equal to ``body`` (``body`` itself past MAX_CANONICAL)."""
-    hit = _canon.get(body)
-    if hit is not None:
-        return hit
-    with _lock:
-        hit = _canon.get(body)
-        if hit is None:
-            if len(_canon) >= MAX_CANONICAL:
-                return body
-            hit = _canon[body] = body
-            _canon_ids.add(id(body))
+    if len(_canon) >= MAX_CANONICAL:
+        return _canon.get(body, body)
+    hit = _canon.setdefault(body, body)          # (one hash of the body; atomic)
+    if hit is body:
+        _canon_ids.add(id(body))
     return hit
 
 

@@ -60,7 +60,12 @@ class Rules:
 
     def shared(self, hint: str, body: Expr) -> RuleRef:
         """``add`` for a body that recurs across schemas (an escape, an object's value tail)."""
-        return self.add(hint, canonical(body))
+        if isinstance(body, RuleRef):
+            return body
+        existing = self._by_body.get(body)
+        if existing is not None:
+            return RuleRef(existing)
+        return self.define(self.reserve(hint), canonical(body))
 
 
 def tidy(expr: Expr, memo: dict[int, Expr] | None = None) -> Expr:
