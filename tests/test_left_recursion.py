@@ -83,3 +83,31 @@ def test_a_ref_cycle_that_reads_nothing_is_warned_about(schema, accepted, refuse
 ])
 def test_recursion_through_values_is_not_warned_about(schema) -> None:
     assert _convert(schema)[1] == []
+
+
+def test_the_short_circuit_nullability_agrees_with_the_full_map():
+    import random
+
+    from halter.grammar.ast import Alt, CharClass, Literal, Repeat, RuleRef, Seq
+    from halter.grammar.left_recursion import _nullable, _nullable_map
+    rnd = random.Random(3)
+    names = ["a", "b", "c", "d"]
+
+    def gen(d):
+        if d == 0 or rnd.random() < 0.3:
+            return rnd.choice([Literal(""), Literal("x"), RuleRef(rnd.choice(names)), CharClass(((97, 98),)),
+                               Repeat(Literal("y"), rnd.randint(0, 2), 3)])
+        k = rnd.random()
+        if k < 0.4:
+            return Seq(tuple(gen(d - 1) for _ in range(rnd.randint(1, 4))))
+        if k < 0.8:
+            return Alt(tuple(gen(d - 1) for _ in range(rnd.randint(1, 4))))
+        return Repeat(gen(d - 1), rnd.randint(0, 2), rnd.choice([None, 3]))
+    answers = set()
+    for _ in range(3000):
+        e, empty = gen(rnd.randint(0, 6)), set(rnd.sample(names, rnd.randint(0, 4)))
+        assert _nullable(e, empty) == _nullable_map(e, empty)[id(e)]
+        answers.add(_nullable(e, empty))
+    assert answers == {True, False}
+    shared = Seq((Literal(""),))                   # one object under two parents
+    assert _nullable(Alt((Seq((shared, Literal("x"))), shared)), set())

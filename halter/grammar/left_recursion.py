@@ -44,6 +44,52 @@ def _nullable_map(e: Expr, empty_rules: set[str]) -> dict[int, bool]:
     return out
 
 
+_END = object()
+
+
+def _leaf_nullable(x: Expr, empty_rules: set[str]) -> bool | None:
+    """Whether ``x`` can match "" when its own node tells (None: it depends on its children)."""
+    if isinstance(x, Literal):
+        return x.text == ""
+    if isinstance(x, RuleRef):
+        return x.name in empty_rules
+    if isinstance(x, (Seq, Alt)):
+        return None
+    if isinstance(x, Repeat):
+        return True if x.min == 0 else None
+    return False                                    # a character, a class, a token
+
+
+def _nullable(e: Expr, empty_rules: set[str]) -> bool:
+    """Whether ``e`` can match "": ``_nullable_map(e)[id(e)]``, looking no further than needed
+    (a sequence stops at its first item that cannot be empty, an alternation at its first that can:
+    a property's rule is decided by the key it starts with)."""
+    ret = _leaf_nullable(e, empty_rules)
+    if ret is not None:
+        return ret
+    memo: dict[int, bool] = {}
+    stack = [(e, iter(children(e)))]
+    while stack:
+        x, it = stack[-1]
+        if ret is not None:                         # a child of x has just been decided
+            if isinstance(x, Repeat) or (not ret if isinstance(x, Seq) else ret):
+                memo[id(x)] = ret                   # ... and that decides x
+                stack.pop()
+                continue
+            ret = None
+        k = next(it, _END)
+        if k is _END:                               # every item could be empty / no option could
+            ret = memo[id(x)] = isinstance(x, Seq)
+            stack.pop()
+            continue
+        ret = memo.get(id(k))
+        if ret is None:
+            ret = _leaf_nullable(k, empty_rules)
+        if ret is None:
+            stack.append((k, iter(children(k))))
+    return bool(ret)
+
+
 def nullable_rules(rules: dict[str, Expr]) -> set[str]:
     """The rules that can match the empty string."""
     users: dict[str, set[str]] = {}
@@ -54,7 +100,7 @@ def nullable_rules(rules: dict[str, Expr]) -> set[str]:
     todo = list(rules)
     while todo:
         name = todo.pop()
-        if name in empty or not _nullable_map(rules[name], empty)[id(rules[name])]:
+        if name in empty or not _nullable(rules[name], empty):
             continue
         empty.add(name)
         todo.extend(u for u in users.get(name, ()) if u not in empty)
