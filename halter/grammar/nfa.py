@@ -345,13 +345,17 @@ class NfaBuilder:
             if _SURROGATE.search(expr.text):
                 return      # like a class's surrogates (utf8.py): no valid UTF-8 spells it
             data = expr.text.encode("utf-8")
-            cur = s
-            for i, b in enumerate(data):
-                nxt = e if i == len(data) - 1 else nfa.new()
-                nfa.add(cur, BYTES, (b, b), nxt)
-                cur = nxt
-            if not data:
+            n = len(data)
+            if not n:
                 nfa.add(s, EPS, None, e)
+                return
+            # s -> a new state per inner byte -> e (written out: literals are most of a schema's NFA)
+            edges = nfa.edges
+            first = len(edges)
+            edges[s].append((BYTES, (data[0], data[0]), e if n == 1 else first))
+            for i in range(1, n):
+                b = data[i]
+                edges.append([(BYTES, (b, b), e if i == n - 1 else first + i)])
         elif isinstance(expr, (CharClass, AnyChar)):
             for byte_seq in _class_sequences(expr):
                 # continuation bytes lead through states shared per (remaining ranges, e):

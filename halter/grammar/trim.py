@@ -8,6 +8,7 @@ one of them) and the states that cannot reach the rule's end or be reached from 
 from __future__ import annotations
 
 from halter.errors import NeverMatches
+from halter.grammar.graphs import strongly_connected_components
 
 
 def nullable_rules_of(per_rule: list) -> list[bool]:
@@ -43,7 +44,11 @@ def trim_rules(per_rule: list, names: list[str], root_id: int) -> list:
                 callers[rr].add(r)
     # a worklist: a rule is looked at again only when a rule it calls became productive
     # (a pass over every rule until nothing changes is quadratic on a chain of rules)
-    pending, queued = list(range(n - 1, -1, -1)), [True] * n
+    # callees before their callers (components of the call graph, each after those it reaches), so
+    # that most rules are decided at their first look (the fixpoint is the same in any order)
+    callees = [sorted({rr for row in cl for rr, _t in row}) for _acc, _bn, cl, _tk in per_rule]
+    order = [r for comp in strongly_connected_components(range(n), callees.__getitem__) for r in comp]
+    pending, queued = order[::-1], [True] * n
     while pending:
         r = pending.pop()
         queued[r] = False
@@ -63,20 +68,18 @@ def trim_rules(per_rule: list, names: list[str], root_id: int) -> list:
         if not all_productive:
             cl = [[(rr, t) for rr, t in row if productive[rr]] for row in cl]
         m = len(acc)
-        succ: list[set[int]] = []                  # per state: where its edges lead
-        for q in range(m):
-            s = set(bn[q])
-            s.discard(-1)
-            if cl[q]:
-                s.update([t for _rr, t in cl[q]])
-            if tk[q]:
-                s.update([t for _k, t in tk[q]])
-            succ.append(s)
-        # live = can reach an accepting state
+        # live = can reach an accepting state: a search back from them over reversed edges
         rev: list[list[int]] = [[] for _ in range(m)]
-        for q, s in enumerate(succ):
-            for t in s:
-                rev[t].append(q)
+        for q, row in enumerate(bn):
+            for t in set(row):
+                if t >= 0:
+                    rev[t].append(q)
+            if cl[q]:
+                for _rr, t in cl[q]:
+                    rev[t].append(q)
+            if tk[q]:
+                for _k, t in tk[q]:
+                    rev[t].append(q)
         live = {q for q in range(m) if acc[q]}
         stack = list(live)
         while stack:
@@ -95,7 +98,7 @@ def trim_rules(per_rule: list, names: list[str], root_id: int) -> list:
         reach, stack = {0}, [0]
         while stack:
             q = stack.pop()
-            for t in succ[q]:
+            for t in (*bn[q], *(t for _rr, t in cl[q]), *(t for _k, t in tk[q])):
                 if t in live and t not in reach:
                     reach.add(t)
                     stack.append(t)
