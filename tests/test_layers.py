@@ -12,7 +12,7 @@ ROOT = Path(halter.__file__).parent
 # Lowest first. A name is a package (halter/<name>/) or a top-level module (halter/<name>.py).
 LAYERS: list[set[str]] = [
     {"errors"},
-    {"limits", "cache", "jit"},
+    {"limits", "cache", "jit", "gc_pause"},
     {"gguf"},
     {"vocab"},
     {"grammar"},
