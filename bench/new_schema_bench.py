@@ -11,7 +11,9 @@ deepseek-llm (102k) from ``../shared/vocab``.
 
 Every (workload, vocabulary, engine) runs in its own child process with an empty ``HALTER_CACHE_DIR``
 (no grammar, trie or table cache): the engine's per-process and per-vocabulary setup (halter: its
-imports, one tiny schema converted, the token trie built and the compiled trie walk loaded;
+imports, one tiny schema converted, which also builds the automata of the JSON helper rules every
+schema shares and that a process keeps, as a server has after its first schema; the token trie
+built and the compiled trie walk loaded;
 llguidance/XGrammar: their imports and tokenizer objects) is done first and timed apart; then, timed in CPU
 seconds of the process: the compile (from the schema or GBNF text to a matcher ready for the first
 token), the first pass over the document (the mask fill before each token, timed alone, then the
