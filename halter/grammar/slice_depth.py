@@ -43,6 +43,7 @@ class SliceDepth:
         self._exact: list[dict[int, tuple | None]] = [{} for _ in SLICES]
         self._need: list = [None] * len(SLICES)           # per slice and UTF-8 state: its classes, as bits
         self._reads: dict[int, int] = {}                  # position -> the classes it reads, as bits
+        self._read_rows: np.ndarray | None = None
 
     def _prepare(self, k: int) -> None:
         if self._cls[k] is None:
@@ -64,8 +65,9 @@ class SliceDepth:
         """The byte classes position ``d`` reads, as the bits of an int (memoised)."""
         got = self._reads.get(d)
         if got is None:
-            row = self.space.a.next_array[d] >= 0
-            got = self._reads[d] = int.from_bytes(np.packbits(row, bitorder="little").tobytes(), "little")
+            if self._read_rows is None:      # every position's classes as bytes, packed at once
+                self._read_rows = np.packbits(self.space.a.next_array >= 0, axis=1, bitorder="little")
+            got = self._reads[d] = int.from_bytes(self._read_rows[d].tobytes(), "little")
         return got
 
     def best(self, start: "Node", uniform: bool = False) -> tuple[int, int]:
