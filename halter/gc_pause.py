@@ -7,6 +7,9 @@ collection that walks the whole heap, vocabularies and models included (40 ms in
 a 102k-token vocabulary, on one schema compile of 270 ms). ``paused()`` turns automatic collection
 off for the duration of a build and back on after it (reference counting still frees everything
 that is not in a cycle): the work left, one collection of what the build kept, happens once after.
+The pause is process-wide (Python has one collector): cyclic garbage other threads make while a
+build runs waits for its end (a build takes milliseconds; the largest inputs ``limits.md`` allows,
+seconds).
 
 Nested and concurrent builds share one pause: the collector comes back on when the last one ends,
 and only if it was on when the first began (an application that turned it off keeps it off).
