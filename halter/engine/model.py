@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from halter.engine.config import ModelConfig
-from halter.engine.gguf_loader import Progress, load_gguf
+from halter.engine.gguf_loader import Progress, check_scales, load_gguf
 from halter.engine.kv_cache import KVCache
 from halter.engine.qlinear import QEmbedding, QLinear
 from halter.engine.quant_tensor import QuantTensor, release_pages
@@ -168,6 +168,7 @@ def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
     for value in sd.values():        # file pages read while packing: only lookups come back
         for q in value if isinstance(value, list) else [value]:
             if isinstance(q, QuantTensor):
+                check_scales(q)      # those the int4 packing did not check (lookups, bf16, dequant)
                 release_pages(q)
     return rest
 
