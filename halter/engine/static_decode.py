@@ -29,16 +29,16 @@ from halter.engine.kv_cache import KVCache
 from halter.engine.rope import Rope
 from halter.engine.transformer import Transformer
 
-DECODE_MODES = ("auto", "eager", "static", "compile", "cuda-graph")
+DECODE_MODES = ("auto", "eager", "static", "trace", "compile", "cuda-graph")
 _TOKEN, _POS, _CELL, _ACTIVE, _ORDER = range(5)      # rows of a step's input buffer
 
 
 def resolve_mode(mode: str, device: torch.device) -> str:
-    """The decode mode to use: ``"auto"`` is CUDA graphs on CUDA and eager elsewhere."""
+    """The decode mode to use: ``"auto"`` is CUDA graphs on CUDA and the traced step elsewhere."""
     if mode not in DECODE_MODES:
         raise ValueError(f"decode mode {mode!r} not understood (use one of {', '.join(DECODE_MODES)})")
     if mode == "auto":
-        return "cuda-graph" if device.type == "cuda" else "eager"
+        return "cuda-graph" if device.type == "cuda" else "trace"
     if mode == "cuda-graph" and device.type != "cuda":
         raise ValueError(f"decode mode 'cuda-graph' needs a CUDA device; this model is on {device}")
     return mode
@@ -69,14 +69,21 @@ def static_forward(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache:
     first entries, the output order (unused here). Writes keys, values and positions of the
     active rows into their cells; inactive rows write back what their cell already holds.
     """
+    x = net.embed(inputs[_TOKEN][:, None])                                     # [B, 1, E]
+    static_layers(net, rope, k_cache, v_cache, pos_cache, inputs, rows, out, span, x)
+
+
+def static_layers(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  pos_cache: torch.Tensor, inputs: torch.Tensor, rows: torch.Tensor,
+                  out: torch.Tensor, span: int, x: torch.Tensor) -> None:
+    """``static_forward`` from the embedded tokens ``x [B, 1, E]`` on (what ``"trace"`` records)."""
     B = inputs.shape[1]
-    tokens, positions, cells = inputs[_TOKEN], inputs[_POS], inputs[_CELL]
+    positions, cells = inputs[_POS], inputs[_CELL]
     active = inputs[_ACTIVE].bool()
     pos_cache[rows, cells] = torch.where(active, positions, pos_cache[rows, cells])
     cached = pos_cache[:B, :span]                                              # [B, L]
     inputs = net.layer_inputs(positions[:, None], cached, rope)   # cos, sin [B, 1, 1, D]; mask [B, 1, 1, L]
     keep = active[:, None, None]
-    x = net.embed(tokens[:, None])                                             # [B, 1, E]
     for layer in net.layers:
         attn = layer.attention
         cos, sin, layer_rope, mask = inputs[attn.sliding]
@@ -138,8 +145,8 @@ class StaticDecoder:
 
     def __init__(self, net: Transformer, rope: Rope, cache: KVCache, mode: str,
                  backend: Any = None, min_span: int = 256) -> None:
-        if mode not in ("static", "compile", "cuda-graph"):
-            raise ValueError(f"StaticDecoder mode must be static, compile or cuda-graph, not {mode!r}")
+        if mode not in ("static", "trace", "compile", "cuda-graph"):
+            raise ValueError(f"StaticDecoder mode must be static, trace, compile or cuda-graph, not {mode!r}")
         self.net, self.rope, self.cache, self.mode = net, rope, cache, mode
         self.buckets = bucket_sizes(cache.n_seq)
         self.spans = span_sizes(cache.n_ctx, min_span)
@@ -173,8 +180,50 @@ class StaticDecoder:
                     st.forward = st.run      # type: ignore[method-assign] - the compiled step is captured
             if self.mode == "cuda-graph":
                 st.run = self._capture_checked(st)
+            elif self.mode == "trace":
+                st.run = self._trace_checked(st)
             self.steps[B, span] = st
         return st
+
+    def _trace_checked(self, st: StaticStep) -> Callable[[], None]:
+        """``_trace``, checked once against the untraced step; falls back to it with a warning.
+
+        As for a CUDA graph, the check runs both on the trace's own inputs (every row inactive,
+        the cache unchanged) and wants the same logits, bit for bit.
+        """
+        try:
+            traced = self._trace(st)
+            traced()
+            got = st.logits.clone()
+            st.forward()
+            if not torch.allclose(got, st.logits, rtol=0.0, atol=0.0, equal_nan=True):
+                raise RuntimeError("the traced step's logits differ from the untraced step's")
+            return traced
+        except Exception as exc:  # noqa: BLE001 - any tracing failure degrades to the plain step
+            warnings.warn(f"tracing the decode step for bucket (B={st.B}, span={st.span}) failed "
+                          f"({type(exc).__name__}: {exc}); this bucket runs the static step untraced",
+                          RuntimeWarning, stacklevel=3)
+            return st.forward
+
+    def _trace(self, st: StaticStep) -> Callable[[], None]:
+        """The step's layers recorded by ``torch.jit.trace`` (TorchScript): one C++ graph that runs
+        the same operators without the Python between them. The embedding lookup stays in Python
+        (it decodes quantized rows through dtype views the tracer does not record)."""
+        net, rope, span = self.net, self.rope, st.span
+        args = (self.cache.k, self.cache.v, self.cache.pos, st.inputs, st.rows, st.logits)
+
+        def layers(x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
+                   inputs: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            static_layers(net, rope, k, v, pos, inputs, rows, out, span, x)
+            return out
+        tokens = st.inputs[_TOKEN][:, None]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")       # TracerWarnings about Python values recorded as constants
+            traced = torch.jit.trace(layers, (net.embed(tokens),) + args, check_trace=False)
+
+        def run() -> None:
+            traced(net.embed(tokens), *args)
+        return run
 
     def _capture_checked(self, st: StaticStep) -> Callable[[], None]:
         """``_capture``, checked once against the uncaptured step; falls back to it with a warning.
