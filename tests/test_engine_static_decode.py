@@ -111,6 +111,18 @@ def test_padding_rows_are_left_untouched(models: tuple[Model, Model]) -> None:
     assert static.cache.seq_positions(1).tolist() == [0] and static.cache.n_tokens(2) == 7
 
 
+def test_building_a_step_leaves_the_cache_as_it_was(models: tuple[Model, Model]) -> None:
+    """A step is traced (or compiled) on all-zero inputs; a bucket of one row writes row 0's cell
+    0 then, so that cell is restored: the bucket's first real step sees the prompt intact."""
+    _, m = models
+    m.eval_prompt(_tokens(10, 7), 0)
+    c = m.cache
+    before = (c.k.clone(), c.v.clone(), c.pos.clone())
+    m._static.step_for(1, 64)
+    m._static.step_for(2, 64)
+    assert torch.equal(c.k, before[0]) and torch.equal(c.v, before[1]) and torch.equal(c.pos, before[2])
+
+
 def test_static_logits_after_sequence_operations(models: tuple[Model, Model]) -> None:
     ids = _tokens(40, 5)
 

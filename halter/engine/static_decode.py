@@ -89,8 +89,12 @@ def static_layers(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache: 
         cos, sin, layer_rope, mask = inputs[attn.sliding]
         q, k, v = attn.project(layer.attention_norm(x), cos, sin, layer_rope)
         kc, vc = k_cache[attn.layer], v_cache[attn.layer]                       # [S, Hkv, C, D]
-        kc[rows, :, cells] = torch.where(keep, k[:, 0], kc[rows, :, cells])     # [B, Hkv, D]
-        vc[rows, :, cells] = torch.where(keep, v[:, 0], vc[rows, :, cells])
+        if B == 1:             # a bucket of one row is the row of the one sequence: active
+            kc[0].index_copy_(1, cells, k[0].transpose(0, 1))                   # [Hkv, 1, D]
+            vc[0].index_copy_(1, cells, v[0].transpose(0, 1))
+        else:
+            kc[rows, :, cells] = torch.where(keep, k[:, 0], kc[rows, :, cells])  # [B, Hkv, D]
+            vc[rows, :, cells] = torch.where(keep, v[:, 0], vc[rows, :, cells])
         h = x + layer.post_attention_norm(attn.attend(q, kc[:B, :, :span], vc[:B, :, :span], mask))
         x = h + layer.post_ffn_norm(layer.feed_forward(layer.ffn_norm(h)))
     out.copy_(net.head(x)[:, 0])
@@ -163,27 +167,42 @@ class StaticDecoder:
                 next(s for s in self.spans if s >= n_cells))
 
     def step_for(self, B: int, span: int) -> StaticStep:
-        """The bucket's step, built (compiled, captured) on first use."""
+        """The bucket's step, built (traced, compiled, captured) on first use.
+
+        Building runs the step on all-zero inputs (every row inactive); a bucket of one row
+        writes its row's cell 0 regardless (its one row is always active in real use), so that
+        cell of the bucket's rows is kept aside and restored afterwards.
+        """
         st = self.steps.get((B, span))
         if st is None:
             st = StaticStep(self.net, self.rope, self.cache, B, span)
-            if self._compiled is not None:
-                compiled = self._compiled
-                args = (self.net, self.rope, self.cache.k, self.cache.v, self.cache.pos,
-                        st.inputs, st.rows, st.logits, span)
-                # one cache entry per bucket (and per model): more than dynamo's default limit of 8
-                limit = max(torch._dynamo.config.recompile_limit, 1024)
-                with torch._dynamo.config.patch(recompile_limit=limit):
-                    compiled(*args)          # compile now: every row inactive, the cache is unchanged
-                st.run = lambda: compiled(*args)
-                if self.mode == "cuda-graph":
-                    st.forward = st.run      # type: ignore[method-assign] - the compiled step is captured
-            if self.mode == "cuda-graph":
-                st.run = self._capture_checked(st)
-            elif self.mode == "trace":
-                st.run = self._trace_checked(st)
+            c = self.cache
+            kept = (c.k[:, :B, :, 0].clone(), c.v[:, :B, :, 0].clone(), c.pos[:B, 0].clone())
+            try:
+                self._build(st)
+            finally:
+                if st.inputs.is_cuda:
+                    torch.cuda.synchronize(st.inputs.device)
+                c.k[:, :B, :, 0], c.v[:, :B, :, 0], c.pos[:B, 0] = kept
             self.steps[B, span] = st
         return st
+
+    def _build(self, st: StaticStep) -> None:
+        if self._compiled is not None:
+            compiled = self._compiled
+            args = (self.net, self.rope, self.cache.k, self.cache.v, self.cache.pos,
+                    st.inputs, st.rows, st.logits, st.span)
+            # one cache entry per bucket (and per model): more than dynamo's default limit of 8
+            limit = max(torch._dynamo.config.recompile_limit, 1024)
+            with torch._dynamo.config.patch(recompile_limit=limit):
+                compiled(*args)          # compile now, on all-zero inputs
+            st.run = lambda: compiled(*args)
+            if self.mode == "cuda-graph":
+                st.forward = st.run      # type: ignore[method-assign] - the compiled step is captured
+        if self.mode == "cuda-graph":
+            st.run = self._capture_checked(st)
+        elif self.mode == "trace":
+            st.run = self._trace_checked(st)
 
     def _trace_checked(self, st: StaticStep) -> Callable[[], None]:
         """``_trace``, checked once against the untraced step; falls back to it with a warning.
