@@ -6,14 +6,17 @@ inputs (token, position, cell, active flag and output order per row), attends ov
 ``L`` cells of each row (a span bucket: powers of two from ``min_span`` up, and ``n_ctx``; empty
 cells hold position -1 and are masked already) and writes its logits into a preallocated
 ``[B, n_vocab]`` buffer, so the same step can be run as is
-(``"static"``), compiled with ``torch.compile(fullgraph=True, dynamic=False)`` (``"compile"``) or
-captured once per bucket into a CUDA graph and replayed (``"cuda-graph"``).
+(``"static"``), recorded once per bucket by ``torch.jit.trace`` and run as a TorchScript graph
+(``"trace"``, the CPU default: the same operators without Python between them), compiled with
+``torch.compile(fullgraph=True, dynamic=False)`` (``"compile"``) or captured once per bucket into
+a CUDA graph and replayed (``"cuda-graph"``).
 
 Batch row ``b`` is cache row ``b``: keys and values are read through views of the cache (no
 gather). A bucket covers the requested sequences' rows and pads with the others, which are
 *inactive*: their key, value and position are written back unchanged into cell 0 of their own
 row (``torch.where`` with the value read from that cell), so padding never alters a real sequence
-and needs no spare cache row. Their logits are computed and ignored (possibly NaN for an empty
+and needs no spare cache row (a bucket of one row has no padding: its row is written directly).
+Their logits are computed and ignored (possibly NaN for an empty
 row: batch rows never mix). The KV-cache operations mutate ``k``, ``v`` and ``pos`` in place, so
 captured graphs stay valid through ``seq_rm``, ``seq_add``, ``seq_cp`` and context shifts.
 """
@@ -158,8 +161,8 @@ class StaticStep:
 class StaticDecoder:
     """Runs ``Model.decode``'s one-token steps through ``StaticStep``s in one of the static modes.
 
-    ``mode``: ``"static"`` (the step as is), ``"compile"`` (``torch.compile`` with ``backend``,
-    default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
+    ``mode``: ``"static"`` (the step as is), ``"trace"`` (``torch.jit.trace`` per bucket on first
+    use), ``"compile"`` (``torch.compile`` with ``backend``, default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
     ``backend``, the step compiled with it is what is captured: fused kernels, fewer launches).
     ``min_span`` is the smallest attention span bucket.
     """
