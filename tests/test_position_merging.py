@@ -127,7 +127,7 @@ def test_a_partition_that_merges_different_positions_is_refused():
     a = build_automata(g.rules, "root", merge=False)
     n = a.n_positions
     assert equivalence_classes(a) is None or len(set(equivalence_classes(a).tolist())) < n
-    flat = np.array(a.byte_next, dtype=np.int64)
+    flat = np.asarray(a.next_array, dtype=np.int64)
     x, y = a.start[a.rule_names.index("x")], a.start[a.rule_names.index("y")]
     wrong = np.arange(n)
     wrong[y] = x                                   # x reads "1", y reads "2": not the same position

@@ -54,12 +54,13 @@ class RuleAutomata:
         self.has_bytes = (self.next_array >= 0).any(axis=1).tolist()
 
     @property
-    def byte_next(self) -> list[tuple[int, ...]]:
-        """Position -> next position per byte class (-1: none): ``next_array`` as tuples, made
-        on first use (stepping a byte in Python reads these)."""
+    def byte_next(self) -> "RowTuples":
+        """Position -> next position per byte class (-1: none): rows of ``next_array`` as tuples,
+        each made the first time it is read (stepping a byte in Python reads these; a document
+        meets a few of a large grammar's positions)."""
         rows = self.__dict__.get("_byte_next")
         if rows is None:
-            rows = self.__dict__["_byte_next"] = list(map(tuple, self.next_array.tolist()))
+            rows = self.__dict__["_byte_next"] = RowTuples(self.next_array)
         return rows
 
     def __getstate__(self) -> dict:
@@ -70,6 +71,22 @@ class RuleAutomata:
     @property
     def n_positions(self) -> int:
         return len(self.rule_of)
+
+
+class RowTuples(dict):
+    """Rows of a 2-D array as tuples of ints, by row index, each made on first access."""
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        super().__init__()
+        self._array = array
+
+    def __missing__(self, row: int) -> tuple[int, ...]:
+        if not 0 <= row < len(self._array):
+            raise IndexError(f"row {row} of {len(self._array)}")
+        got = self[row] = tuple(self._array[row].tolist())
+        return got
 
 
 def _byte_classes(builders: list[tuple[Nfa, int, int]]) -> list[int]:

@@ -18,10 +18,11 @@ from halter.grammar.slices import DEAD, N_UTF8, SLICES, TrieSlices
 if TYPE_CHECKING:
     from halter.grammar.parser_state import Node, StateSpace
 
-MAX_DEPTH = 16
-"""Slice depths are searched up to this many characters: tokens longer than that are rare (~150
-of 100k string-character tokens on DeepSeek's vocabulary) and walked; the search costs a level per
-character, new states on a counted string."""
+MAX_DEPTH = 32
+"""Slice depths are searched up to this many characters: longer tokens are rare (58 of 100k
+string-character tokens on DeepSeek's vocabulary; 167 longer than 16) and walked; the search costs
+a level per character, new states on a counted string (states the walk of a long token would make
+anyway: 32 measured ahead of 16 and 64 on JSONSchemaBench's counted strings)."""
 
 EXACT_STATES = 64
 """States per level past which ``SliceDepth.exact`` gives up (a count has a few per level)."""
@@ -41,18 +42,34 @@ class SliceDepth:
         self._depth: list[dict[int, int]] = [{} for _ in SLICES]
         self._succ: list[dict[tuple[int, int], tuple | None]] = [{} for _ in SLICES]
         self._exact: list[dict[int, tuple | None]] = [{} for _ in SLICES]
+        self._need: list = [None] * len(SLICES)           # per slice and UTF-8 state: its classes, as bits
+        self._reads: dict[int, int] = {}                  # position -> the classes it reads, as bits
+        self._read_rows: np.ndarray | None = None
 
     def _prepare(self, k: int) -> None:
         if self._cls[k] is None:
+            # every (UTF-8 state, class, next UTF-8 state) triple of the slice's bytes, sorted by
+            # state then class by one np.unique, then cut per UTF-8 state
             class_of = np.asarray(self.space.class_of, dtype=np.int64)
-            table = SLICES[k].table
-            cls_per, u2_per = [], []
-            for u in range(N_UTF8):
-                on = np.flatnonzero(table[u] != DEAD)
-                pairs = np.unique(class_of[on] * (N_UTF8 + 1) + table[u, on])     # sorted by class
-                cls_per.append(tuple((pairs // (N_UTF8 + 1)).tolist()))
-                u2_per.append(tuple((pairs % (N_UTF8 + 1)).tolist()))
-            self._cls[k], self._u2s[k] = cls_per, u2_per
+            table = SLICES[k].table[:N_UTF8].astype(np.int64)
+            n_cls, width = int(class_of.max()) + 1, N_UTF8 + 1
+            u, b = np.nonzero(table != DEAD)
+            keys = np.unique((u * n_cls + class_of[b]) * width + table[u, b])
+            rest = keys % (n_cls * width)
+            cls, u2 = (rest // width).tolist(), (rest % width).tolist()
+            cut = np.searchsorted(keys // (n_cls * width), np.arange(N_UTF8 + 1)).tolist()
+            self._cls[k] = [tuple(cls[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
+            self._u2s[k] = [tuple(u2[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
+            self._need[k] = [sum(1 << c for c in set(row)) for row in self._cls[k]]
+
+    def _read_bits(self, d: int) -> int:
+        """The byte classes position ``d`` reads, as the bits of an int (memoised)."""
+        got = self._reads.get(d)
+        if got is None:
+            if self._read_rows is None:      # every position's classes as bytes, packed at once
+                self._read_rows = np.packbits(self.space.a.next_array >= 0, axis=1, bitorder="little")
+            got = self._reads[d] = int.from_bytes(self._read_rows[d].tobytes(), "little")
+        return got
 
     def best(self, start: "Node", uniform: bool = False) -> tuple[int, int]:
         """(slice, depth) covering the most tokens from ``start``; depth 0 where none applies.
@@ -126,8 +143,14 @@ class SliceDepth:
         out: set = set()
         node = nodes[sid]
         result: tuple | None = None
+        have = 0
+        for d, _ in node.scan:
+            have |= self._reads.get(d) or self._read_bits(d)
+        if self._need[k][u] & ~have:                      # a class no item reads: dead at once
+            memo[at] = None
+            return None
         groups = self._groups(node, u, k)
-        if all(read for _, _, read in groups):            # (else a class no item reads: dead at once)
+        if all(read for _, _, read in groups):
             for cls, u2, _read in groups:
                 t = node.next[cls]
                 t_id = t if t >= 0 else step_class(node, cls).id

@@ -133,6 +133,7 @@ class TrieSlices:
         self.token_len: list[np.ndarray] = []
         self.max_len: list[int] = []             # the longest token in the class (0: none)
         self._bits: dict[tuple[int, int], np.ndarray] = {}
+        self._esc: dict[tuple, np.ndarray] = {}
         for sl in SLICES:
             node_max, row_len, prefix_len = _lengths(trie, sl)
             self.prefix_len.append(prefix_len if sl.uniform else None)
@@ -160,23 +161,35 @@ class TrieSlices:
 
     def _prefix_index(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The nodes on a slice's tokens with a longer one below, by their own length, then by the
-        longest below (for ``escape_nodes``)."""
+        longest below (for ``escape_nodes``), with their own lengths and both lengths as one key."""
         pl, nm = self.prefix_len[k], self.node_max[k]
         cand = np.flatnonzero((pl < NOT) & (nm < NOT) & (nm > pl))
         order = cand[np.lexsort((nm[cand], pl[cand]))]
-        return order, pl[order], nm[order]
+        return order, pl[order], pl[order].astype(np.int64) * (1 << 31) + nm[order]
 
     def escape_nodes(self, k: int, ends: tuple[int, ...], depth: int) -> np.ndarray:
         """The nodes (sorted) whose bytes are ``j`` characters of slice ``k`` (a uniform one), for
         ``j`` in ``ends``, with a token of the slice longer than ``depth`` below: where a walk that
-        takes the slice's subtrees whole (``slice_depth.SliceDepth.exact``) has its rule end mid-token."""
-        order, pls, nms = self._by_prefix[k]
-        parts = []
-        for j in ends:
-            lo, hi = np.searchsorted(pls, j), np.searchsorted(pls, j, side="right")
-            lo += np.searchsorted(nms[lo:hi], depth, side="right")
-            parts.append(order[lo:hi])
-        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        takes the slice's subtrees whole (``slice_depth.SliceDepth.exact``) has its rule end mid-token.
+        Read-only, memoised: along a counted string most counts ask the same question."""
+        key = (k, ends, depth)
+        got = self._esc.get(key)
+        if got is None:
+            order, pls, both = self._by_prefix[k]
+            j = np.asarray(ends, dtype=np.int64)
+            # the candidates are sorted by (own length, longest below): per j, the run of own
+            # length j past the ones with nothing longer than ``depth`` below
+            lo = np.searchsorted(both, j * (1 << 31) + depth, side="right")
+            hi = np.searchsorted(pls, j, side="right")
+            n = np.maximum(hi - lo, 0)
+            if n.sum():
+                at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
+                got = np.sort(order[at])
+            else:
+                got = np.zeros(0, dtype=np.int64)
+            got.flags.writeable = False
+            self._esc[key] = got
+        return got
 
     def n_covered(self, k: int, depth: int) -> int:
         """How many tokens ``covered_bits(k, depth)`` holds."""
