@@ -8,7 +8,7 @@ peak RSS (``bench/engine_peers.py``; ``--plot PNG`` draws the table). Without ``
 CPU (always): a ~100M-parameter random llama GGUF (F16 on disk, run in fp32) built into a temp
 dir; halter's engine and transformers' CPU ``generate`` on the same weights, greedy, medians of
 ``--repeats`` runs, ratio halter / transformers; then halter's decode step in its CPU modes on
-the same weights and cache: eager, the static-shape step, and the static step compiled with
+the same weights and cache: eager, the static-shape step, the step traced (TorchScript), and the static step compiled with
 ``torch.compile`` (inductor; skipped with a message when it cannot compile here).
 GPU figures: ``bench/gpu_bench.py`` (run by ``bench/gpu_check.sh``).
 
@@ -56,7 +56,8 @@ def decode_steps(model: Model, prompt: list[int], batch: int, n: int):
 
 def bench_modes(model: Model, prompt: list[int], args: argparse.Namespace) -> None:
     """Decode tokens/s at batch 1 in the CPU modes, alternated, medians; ratio to eager."""
-    modes = {"eager": with_mode(model, "eager"), "static": with_mode(model, "static")}
+    modes = {"eager": with_mode(model, "eager"), "static": with_mode(model, "static"),
+             "trace": with_mode(model, "trace")}
     t = time.perf_counter()
     try:
         if args.no_compile:

@@ -9,7 +9,7 @@ JSON-schema-constrained decode so the grammar's share shows.
 
 Run by hand:
   python bench/engine_profile.py --model /path/SmolLM2-135M-Instruct.Q4_1.gguf --threads 2
-  python bench/engine_profile.py --threads 2 [--weights dequantize] [--decode static]
+  python bench/engine_profile.py --threads 2 [--weights dequantize] [--decode eager]
 """
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--weights", default="packed", choices=["packed", "dequantize"])
-    ap.add_argument("--decode", default="eager", help="decode mode (eager, static, compile)")
+    ap.add_argument("--decode", default="auto", help="decode mode (auto: trace on the CPU; eager, static, trace, compile)")
     ap.add_argument("--top", type=int, default=25, help="cProfile rows")
     ap.add_argument("--schema", action="store_true", help="add a schema-constrained cProfile run")
     args = ap.parse_args()

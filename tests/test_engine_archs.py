@@ -79,10 +79,11 @@ def test_kv_cache_equals_full_forward_and_rows_do_not_leak(arch_dir: str, arch: 
     m.eval_prompt(b[:-1], 1)
     both = m.decode([[a[-1]], [b[-1]]], [0, 1])
     assert _rel(both[0], alone_a[-1]) < 1e-5 and _rel(both[1], alone_b[-1]) < 1e-5
-    m.cache.clear()
-    m.set_decode("static")
-    static = [m.eval_prompt(ids[:11], 0)] + [m.decode([[t]], [0])[0] for t in ids[11:]]
-    assert _rel(torch.stack(static), full[10:]) < 1e-5
+    for mode in ("eager", "static", "trace"):
+        m.cache.clear()
+        m.set_decode(mode)
+        steps = [m.eval_prompt(ids[:11], 0)] + [m.decode([[t]], [0])[0] for t in ids[11:]]
+        assert _rel(torch.stack(steps), full[10:]) < 1e-5, mode
 
 
 def test_gemma3_shift_re_rotates_each_layer_with_its_own_base(arch_dir: str) -> None:

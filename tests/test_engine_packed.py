@@ -12,7 +12,8 @@ from halter import Model
 from halter.engine import build_tiny_gguf
 from halter.engine.dequant import GGML_TYPES, SCALE_FIELDS, dequantize_blocks
 from halter.engine.gguf_loader import read_layout
-from halter.engine.qlinear import QEmbedding, QLinear, pack_int4, pick_kernel, weight_bytes
+from halter.engine.int4_pack import PACK_ROWS, pack_cpu, pack_int4
+from halter.engine.qlinear import QEmbedding, QLinear, pick_kernel, weight_bytes
 from halter.engine.quant_tensor import INT4_GROUP, INT4_TYPES, QuantTensor
 
 _IDS = {v[0]: k for k, v in GGML_TYPES.items()}
@@ -147,21 +148,50 @@ def test_bad_weights_mode_and_threads_are_refused(quant_models: dict[str, str]) 
         Model.load(quant_models["Q8_0"], device="cpu", progress=False, n_threads=0)
 
 
-def test_nan_scale_is_refused_by_name(quant_models: dict[str, str], tmp_path) -> None:
+# a packed projection (checked by the packing) and a table only looked up (the llama model is untied)
+@pytest.mark.parametrize("tensor", ["blk.1.ffn_up.weight", "token_embd.weight"])
+def test_nan_scale_is_refused_by_name(quant_models: dict[str, str], tmp_path, tensor: str) -> None:
     from halter.errors import ModelLoadError
     path = quant_models["Q8_0"]
     _, infos = read_layout(path)
-    info = infos["blk.1.ffn_up.weight"]
+    info = infos[tensor]
     data = bytearray(open(path, "rb").read())
-    data[info.offset:info.offset + 2] = np.array([np.nan], dtype=np.float16).tobytes()
+    data[info.offset + 34 * 5:info.offset + 34 * 5 + 2] = np.array([np.nan], dtype=np.float16).tobytes()
     bad = tmp_path / "nan.gguf"
     bad.write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match="NaN") as err:
         Model.load(bad, device="cpu", progress=False)
-    assert err.value.field == "blk.1.ffn_up.weight"
+    assert err.value.field == tensor
 
 
 def test_dequant_blocks_cover_every_quantized_type() -> None:
     for name in QUANT_TYPES:
         q = random_quant(name, (2, 256))
         assert dequantize_blocks(q.blocks(), name).shape == (q.blocks().shape[0], GGML_TYPES[_IDS[name]][1])
+
+
+@pytest.mark.parametrize("name", INT4_TYPES)
+def test_packing_from_the_blocks_equals_packing_the_codes(name: str) -> None:
+    # chunks of PACK_ROWS rows, a last 64-row block and a shorter one, fused parts
+    for rows in (16, 48, 80, PACK_ROWS + 112):
+        q = random_quant(name, (rows, 256), seed=rows)
+        packed, sz = pack_cpu([q])
+        terms = q.int4_terms()
+        assert len(packed) == len(terms)
+        for p, s, (codes, scale, zero) in zip(packed, sz, terms):
+            assert torch.equal(p, pack_int4(codes))
+            assert torch.equal(s, torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16))
+    parts = [random_quant(name, (128, 256), 1), random_quant(name, (64, 256), 2), random_quant(name, (48, 256), 3)]
+    whole = QuantTensor(torch.cat([p.raw for p in parts]), parts[0].ggml_type, (240, 256))
+    for p, (codes, _, _) in zip(pack_cpu(parts)[0], whole.int4_terms()):
+        assert torch.equal(p, pack_int4(codes))
+
+
+def test_packing_refuses_an_infinite_scale_by_name() -> None:
+    from halter.errors import ModelLoadError
+    q = random_quant("Q4_K", (64, 512), seed=2)
+    q.raw[40, 2:4] = torch.tensor([np.inf], dtype=torch.float16).view(torch.uint8)     # a dmin field
+    q.source_path, q.source_name = "m.gguf", "blk.0.ffn_up.weight"
+    with pytest.raises(ModelLoadError, match="infinite") as err:
+        pack_cpu([q])
+    assert err.value.field == "blk.0.ffn_up.weight" and err.value.path == "m.gguf"

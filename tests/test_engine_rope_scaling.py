@@ -99,10 +99,11 @@ def test_phi3_longrope_cache_and_shift(files: str) -> None:
     full = m.logits(ids)
     steps = [m.eval_prompt(ids[:17], 0)] + [m.decode([[t]], [0])[0] for t in ids[17:]]
     assert _rel(torch.stack(steps), full[16:]) < 1e-5
-    m.cache.clear()
-    m.set_decode("static")
-    steps = [m.eval_prompt(ids[:17], 0)] + [m.decode([[t]], [0])[0] for t in ids[17:]]
-    assert _rel(torch.stack(steps), full[16:]) < 1e-5
+    for mode in ("static", "trace"):
+        m.cache.clear()
+        m.set_decode(mode)
+        steps = [m.eval_prompt(ids[:17], 0)] + [m.decode([[t]], [0])[0] for t in ids[17:]]
+        assert _rel(torch.stack(steps), full[16:]) < 1e-5, mode
     m.cache.clear()
     m.eval_prompt(ids[:9], 0)
     m.cache.seq_add(0, 0, None, 5)       # relative positions are unchanged: so are the logits
@@ -164,10 +165,11 @@ def test_yarn_cache_static_step_and_shift(files: str) -> None:
     full = m.logits(ids)
     steps = [m.eval_prompt(ids[:11], 0)] + [m.decode([[t]], [0])[0] for t in ids[11:]]
     assert _rel(torch.stack(steps), full[10:]) < 1e-5
-    m.cache.clear()
-    m.set_decode("static")
-    steps = [m.eval_prompt(ids[:11], 0)] + [m.decode([[t]], [0])[0] for t in ids[11:]]
-    assert _rel(torch.stack(steps), full[10:]) < 1e-5
+    for mode in ("static", "trace"):
+        m.cache.clear()
+        m.set_decode(mode)
+        steps = [m.eval_prompt(ids[:11], 0)] + [m.decode([[t]], [0])[0] for t in ids[11:]]
+        assert _rel(torch.stack(steps), full[10:]) < 1e-5, mode
     m.cache.clear()
     m.eval_prompt(ids[:9], 0)
     m.cache.seq_add(0, 0, None, 20)      # keys re-rotated once: the magnitude is not applied twice

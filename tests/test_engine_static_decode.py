@@ -30,27 +30,44 @@ def _pair(directory: str, arch: str = "llama", mode: str = "static", **kw) -> tu
                  for d in ("eager", mode))                                  # type: ignore[return-value]
 
 
+def _llama(directory: str, mode: str) -> Model:
+    return Model.load(tiny_path(directory, "llama", "F32"), device="cpu", n_ctx=64, n_seq_max=4,
+                      progress=False, decode=mode)
+
+
+@pytest.fixture(scope="module")
+def eager_llama(tiny_gguf_dir: str) -> Model:
+    return _llama(tiny_gguf_dir, "eager")
+
+
 @pytest.fixture(scope="module")
 def static_llama(tiny_gguf_dir: str) -> Model:
-    return Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu", n_ctx=64, n_seq_max=4,
-                      progress=False, decode="static")
+    return _llama(tiny_gguf_dir, "static")
 
 
-@pytest.fixture
-def models(tiny_llama: Model, static_llama: Model) -> tuple[Model, Model]:
-    for m in (tiny_llama, static_llama):
+@pytest.fixture(scope="module")
+def traced_llama(tiny_gguf_dir: str) -> Model:
+    return _llama(tiny_gguf_dir, "trace")
+
+
+@pytest.fixture(params=["static", "trace"])
+def models(request: pytest.FixtureRequest, eager_llama: Model) -> tuple[Model, Model]:
+    """(eager, the static step as is or traced) on the same weights."""
+    other = request.getfixturevalue(f"{request.param}_llama" if request.param == "static" else "traced_llama")
+    for m in (eager_llama, other):
         m.cache.clear()
-    return tiny_llama, static_llama
+    return eager_llama, other
 
 
 def _both(models: tuple[Model, Model], fn) -> list:
     return [fn(m) for m in models]
 
 
+@pytest.mark.parametrize("mode", ["static", "trace"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_static_step_gives_the_eager_logits_and_cache(tiny_gguf_dir: str, arch: str) -> None:
-    eager, static = _pair(tiny_gguf_dir, arch)
-    assert (eager.decode_mode, static.decode_mode) == ("eager", "static")
+def test_static_step_gives_the_eager_logits_and_cache(tiny_gguf_dir: str, arch: str, mode: str) -> None:
+    eager, static = _pair(tiny_gguf_dir, arch, mode)
+    assert (eager.decode_mode, static.decode_mode) == ("eager", mode)
     for m in (eager, static):
         m.eval_prompt(_tokens(9, 1), 0)
         m.eval_prompt(_tokens(5, 2), 2)
@@ -64,9 +81,10 @@ def test_static_step_gives_the_eager_logits_and_cache(tiny_gguf_dir: str, arch: 
     assert torch.allclose(static.cache.v, eager.cache.v, atol=1e-5)
 
 
-def test_attention_span_buckets_give_the_eager_logits(tiny_gguf_dir: str) -> None:
+@pytest.mark.parametrize("mode", ["static", "trace"])
+def test_attention_span_buckets_give_the_eager_logits(tiny_gguf_dir: str, mode: str) -> None:
     eager, static = _pair(tiny_gguf_dir)
-    static.set_decode("static", min_span=16)                   # spans 16, 32, 64 of n_ctx 64
+    static.set_decode(mode, min_span=16)                       # spans 16, 32, 64 of n_ctx 64
     for m in (eager, static):
         m.eval_prompt(_tokens(9, 1), 0)
         m.eval_prompt(_tokens(5, 2), 2)
@@ -91,6 +109,18 @@ def test_padding_rows_are_left_untouched(models: tuple[Model, Model]) -> None:
         assert torch.equal(c.k[:, r], k) and torch.equal(c.v[:, r], v) and torch.equal(c.pos[r], pos)
     assert static.cache.n_tokens(0) == 64 and static.cache.n_tokens(3) == 0
     assert static.cache.seq_positions(1).tolist() == [0] and static.cache.n_tokens(2) == 7
+
+
+def test_building_a_step_leaves_the_cache_as_it_was(models: tuple[Model, Model]) -> None:
+    """A step is traced (or compiled) on all-zero inputs; a bucket of one row writes row 0's cell
+    0 then, so that cell is restored: the bucket's first real step sees the prompt intact."""
+    _, m = models
+    m.eval_prompt(_tokens(10, 7), 0)
+    c = m.cache
+    before = (c.k.clone(), c.v.clone(), c.pos.clone())
+    m._static.step_for(1, 64)
+    m._static.step_for(2, 64)
+    assert torch.equal(c.k, before[0]) and torch.equal(c.v, before[1]) and torch.equal(c.pos, before[2])
 
 
 def test_static_logits_after_sequence_operations(models: tuple[Model, Model]) -> None:
@@ -195,8 +225,8 @@ def test_modes_resolve_and_bad_ones_are_refused(static_llama: Model, tiny_gguf_d
         Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu", decode="cuda-graph",
                    progress=False)
     assert Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu",
-                      progress=False).decode_mode == "eager"                # auto on the CPU
-    assert resolve_mode("auto", torch.device("cpu")) == "eager"
+                      progress=False).decode_mode == "trace"                # auto on the CPU
+    assert resolve_mode("auto", torch.device("cpu")) == "trace"
     assert resolve_mode("auto", torch.device("cuda")) == "cuda-graph"
     with pytest.raises(ValueError, match="needs a CUDA device"):
         resolve_mode("cuda-graph", torch.device("cpu"))
@@ -224,6 +254,42 @@ def test_a_failed_graph_capture_degrades_to_the_uncaptured_step(models: tuple[Mo
     with pytest.warns(RuntimeWarning, match="CUDA graph capture"):
         got = dec([9], [1], np.array([n]), cells[:, 0])
     assert _close(got, eager_logits)
+
+
+def test_a_failed_trace_degrades_to_the_untraced_step(models: tuple[Model, Model], monkeypatch) -> None:
+    from halter.engine.static_decode import StaticDecoder
+    eager, static = models
+    for m in (eager, static):
+        m.eval_prompt(_tokens(6, 3), 1)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot trace this")
+    monkeypatch.setattr(torch.jit, "trace", refuse)
+    dec = StaticDecoder(static.net, static.rope, static.cache, "trace")
+    n = static.cache.n_tokens(1)
+    cells = static.cache.reserve([1], np.array([[n]]), write_device=False)
+    eager_logits = eager.decode([[9]], [1])
+    with pytest.warns(RuntimeWarning, match="tracing the decode step .* cannot trace this"):
+        got = dec([9], [1], np.array([n]), cells[:, 0])
+    assert _close(got, eager_logits)
+    assert dec.steps[dec.bucket(2, n + 1)].run == dec.steps[dec.bucket(2, n + 1)].forward
+
+
+def test_traced_steps_hold_no_copy_of_the_weights(traced_llama: Model) -> None:
+    before = {t.untyped_storage().data_ptr() for t in list(traced_llama.net.parameters())
+              + list(traced_llama.net.buffers())}
+    traced_llama.cache.clear()
+    traced_llama.eval_prompt(_tokens(5, 1), 0)
+    traced_llama.decode([[3]], [0])
+    graphs = []
+    for st in traced_llama._static.steps.values():
+        graphs += [c.cell_contents for c in st.run.__closure__ or () if isinstance(c.cell_contents, torch.jit.ScriptFunction)]
+    assert graphs
+    for g in graphs:
+        consts = [n.t("value") for n in g.graph.nodes()
+                  if n.kind() == "prim::Constant" and n.output().type().kind() == "TensorType"]
+        big = [t for t in consts if t.numel() > 64]
+        assert big and all(t.untyped_storage().data_ptr() in before for t in big)
 
 
 def cuda(test):

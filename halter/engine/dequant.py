@@ -27,8 +27,8 @@ _CHUNK_BLOCKS = 1 << 20
 
 def _f16(b: torch.Tensor) -> torch.Tensor:
     """Two uint8 columns -> float32 [n, 1] (little-endian IEEE half)."""
-    if b.stride(0) % 2 or b.storage_offset() % 2:
-        b = b.contiguous()
+    if torch.compiler.is_compiling() or b.stride(0) % 2 or b.storage_offset() % 2:
+        b = b.contiguous()         # (a compiled step cannot branch on the storage offset)
     return b.view(torch.float16).float()           # a strided view: no copy of the columns
 
 

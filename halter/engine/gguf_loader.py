@@ -137,15 +137,30 @@ def _report(progress: Progress, path: Any) -> Callable[[int, int, str], None]:
 
 
 def _quant_view(path: Any, info: TensorInfo, device: torch.device) -> QuantTensor:
-    """The tensor's raw blocks (file-backed view on the CPU), its scale fields checked for NaN/inf."""
+    """The tensor's raw blocks (file-backed view on the CPU; copied to another device).
+
+    Its scale fields are checked for NaN/inf here on other devices; on the CPU the int4 packing
+    checks the scales it computes (reading the blocks once), and ``check_scales`` the rest.
+    """
     name, block_len, _ = GGML_TYPES[info.type]
     if len(info.shape) < 2 or info.shape[1] % block_len:
         raise ModelLoadError(f"{name} rows of {info.shape[1] if len(info.shape) > 1 else '?'} values are not whole "
                              f"blocks of {block_len}", path=path, field=info.name)
     q = QuantTensor.from_file(os.fspath(path), info.offset, info.type, info.shape)  # type: ignore[arg-type]
-    if not q.scales_finite():
-        raise ModelLoadError("tensor contains NaN or infinite scales", path=path, field=info.name)
-    return q if device.type == "cpu" else q.to(device)
+    q.source_path, q.source_name = str(path), info.name
+    if device.type == "cpu":
+        return q
+    check_scales(q)
+    return q.to(device)
+
+
+def check_scales(q: QuantTensor) -> None:
+    """Refuse a tensor with a NaN or infinite float16 scale field by name (once per tensor)."""
+    if not q.scales_checked:
+        if not q.scales_finite():
+            raise ModelLoadError("tensor contains NaN or infinite scales", path=q.source_path,
+                                 field=q.source_name)
+        q.scales_checked = True
 
 
 def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch.device,

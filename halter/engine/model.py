@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from halter.engine.config import ModelConfig
-from halter.engine.gguf_loader import Progress, load_gguf
+from halter.engine.gguf_loader import Progress, check_scales, load_gguf
 from halter.engine.kv_cache import KVCache
 from halter.engine.qlinear import QEmbedding, QLinear
 from halter.engine.quant_tensor import QuantTensor, release_pages
@@ -168,6 +168,7 @@ def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
     for value in sd.values():        # file pages read while packing: only lookups come back
         for q in value if isinstance(value, list) else [value]:
             if isinstance(q, QuantTensor):
+                check_scales(q)      # those the int4 packing did not check (lookups, bf16, dequant)
                 release_pages(q)
     return rest
 
@@ -273,18 +274,24 @@ class Model:
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
     def set_decode(self, mode: str = "auto", *, backend: str | Callable[..., Any] | None = None,
-                   min_span: int = 256) -> None:
-        """How one-token decode steps run: ``"eager"``, ``"static"``, ``"compile"``, ``"cuda-graph"``.
+                   min_span: int | None = None) -> None:
+        """How one-token decode steps run: ``"eager"``, ``"static"``, ``"trace"``, ``"compile"``,
+        ``"cuda-graph"``.
 
-        ``"auto"`` is ``"cuda-graph"`` on CUDA and ``"eager"`` on the CPU. The static modes run
+        ``"auto"`` is ``"cuda-graph"`` on CUDA and ``"trace"`` on the CPU. The static modes run
         ``halter.engine.static_decode``'s fixed-shape step (attention over a span bucket of cells:
-        powers of two from ``min_span``, and ``n_ctx``); ``"compile"`` compiles it with
-        ``torch.compile(backend=backend or "inductor")``, ``"cuda-graph"`` captures one CUDA
-        graph per (batch, span) bucket on first use (with a ``backend``, of the step compiled
-        with it: inductor fuses the elementwise work into fewer kernels). Prompt chunks of several tokens and
-        ``all_logits`` calls always run eagerly. Previously compiled steps or graphs are dropped.
+        powers of two from ``min_span`` (default 64 on the CPU, where attention's cost follows the
+        span, 256 on CUDA), and ``n_ctx``); ``"trace"`` records it per (batch, span) bucket on
+        first use with ``torch.jit.trace`` (a fraction of a second) and runs it as one TorchScript
+        graph; ``"compile"`` compiles it with ``torch.compile(backend=backend or "inductor")``,
+        ``"cuda-graph"`` captures one CUDA graph per bucket on first use (with a ``backend``, of
+        the step compiled with it: inductor fuses the elementwise work into fewer kernels). Prompt
+        chunks of several tokens and ``all_logits`` calls always run eagerly. Previously traced or
+        compiled steps and graphs are dropped.
         """
         resolved = resolve_mode(mode, self.device)
+        if min_span is None:
+            min_span = 256 if self.device.type == "cuda" else 64
         self._static = None if resolved == "eager" else \
             StaticDecoder(self.net, self.rope, self.cache, resolved, backend=backend, min_span=min_span)
         self.decode_mode = resolved

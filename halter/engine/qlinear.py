@@ -25,18 +25,18 @@ three kernels, picked per device and type (``pick_kernel``):
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from halter.engine.quant_tensor import INT4_GROUP, Codes, QuantTensor, release_pages
+from halter.engine.int4_pack import PACK_ROWS, pack_cpu, pack_cuda_nibbles
+from halter.engine.quant_tensor import INT4_GROUP, QuantTensor, release_pages
 
 KERNELS = ("int4", "bf16", "dequant")
 INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K")
 BF16_DEFAULT = ("Q6_K",)
-_PACK_ROWS = 4096                      # rows packed at a time (a multiple of the kernel's tile of 64)
 _scratch: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
 
@@ -90,115 +90,13 @@ def scratch(n_values: int, dtype: torch.dtype, device: torch.device) -> torch.Te
     return buf
 
 
-def pack_int4(codes: torch.Tensor) -> torch.Tensor:
-    """uint8 codes ``[n, K]`` (0..15) -> the CPU int4 kernel's packed ``uint8 [n, K/2]``.
-
-    The layout ``_convert_weight_to_int4pack_for_cpu`` writes (checked by a test), built with
-    byte operations instead of its int32 input: rows in blocks of 64, each stored k-major as
-    32 bytes holding row ``i`` (low nibble) and row ``i + 32`` (high nibble); a last block of
-    fewer rows holds rows ``2i`` and ``2i + 1``.
-    """
-    n, K = codes.shape
-    full = n - n % 64
-    out = []
-    if full:
-        blk = codes[:full].view(full // 64, 2, 32, K)
-        out.append((blk[:, 0] | (blk[:, 1] << 4)).transpose(1, 2).reshape(-1))
-    if full < n:
-        tail = codes[full:].view(-1, 2, K)
-        out.append((tail[:, 0] | (tail[:, 1] << 4)).t().reshape(-1))
-    return (out[0] if len(out) == 1 else torch.cat(out)).view(n, K // 2)
-
-
-_LO4 = 0x0F0F0F0F0F0F0F0F                     # low nibble of each byte of an int64
-_HI4 = 0xF0F0F0F0F0F0F0F0 - (1 << 64)         # high nibble of each byte (as a signed int64)
-_FLIP = 0x8888888888888888 - (1 << 64)         # bit 3 of each nibble
-
-
-def _pack_codes(rows: torch.Tensor, block_bytes: int, c: Codes, out: torch.Tensor) -> None:
-    """``pack_int4`` of the codes ``c`` locates in the raw block rows ``rows``, into ``out``.
-
-    Pairs of rows (``i`` and ``i + 32`` of each 64-row block, ``2i`` and ``2i + 1`` in a last
-    shorter block) are combined straight from the file's bytes, eight bytes at a time (int64
-    lanes): a nibble-packed byte of each row gives the packed bytes of two values, with no code
-    matrix in between. One byte-wise transposition then writes the kernel's k-major order.
-    """
-    n, n_blk = rows.shape[0], rows.shape[1] // block_bytes
-    G, L = c.groups, c.length
-    qs = rows.view(n, n_blk, block_bytes)[:, :, c.off:c.off + G * L].contiguous().view(n, -1)
-    full = n - n % 64
-    segments = []
-    if full:
-        segments.append((qs[:full].view(full // 64, 2, 32, -1), out[:full], 32))
-    if full < n:
-        t = (n - full) // 2
-        segments.append((qs[full:].view(1, t, 2, -1).transpose(1, 2), out[full:], t))
-    for src, dst, R in segments:
-        nb = src.shape[0]
-        a, b = src[:, 0].view(torch.int64), src[:, 1].view(torch.int64)      # [nb, R, bytes / 8]
-
-        def k_major(v: torch.Tensor) -> torch.Tensor:          # [nb, R, ...] bytes -> [nb, ..., R]
-            return v.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
-        if c.kind == "nibbles":
-            d = dst.view(nb, n_blk, G, 2, L, R)
-            d[:, :, :, 0] = k_major((a & _LO4) | ((b << 4) & _HI4))
-            d[:, :, :, 1] = k_major(((a >> 4) & _LO4) | (b & _HI4))
-        elif c.kind == "low":
-            dst.view(nb, n_blk, G, L, R).copy_(k_major((a & _LO4) | ((b << 4) & _HI4)))
-        else:
-            dst.view(nb, n_blk, G, L, R).copy_(k_major((((a >> 4) & _LO4) | (b & _HI4)) ^ _FLIP))
-
-
-def _int4_terms_packed(parts: Sequence[QuantTensor], device: torch.device, lazy: bool,
-                       write: Callable[[QuantTensor, int, int, Any, torch.Tensor], None]
-                       ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each int4 term of the row ``parts`` as ``uint8 [N, K/2]`` codes (laid out by ``write(q,
-    start, end, codes, rows_out)``) and bf16 scales and offsets ``[K/32, N, 2]``, on ``device``.
-
-    Parts are written into their rows of the result (a fused projection needs no concatenated copy
-    of its blocks), ``_PACK_ROWS`` rows at a time; ``lazy`` passes codes that lie in the blocks as
-    they are as ``Codes``. File pages are dropped once read.
-    """
-    N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
-    codes_out: list[torch.Tensor] = []
-    sz: list[torch.Tensor] = []
-    base = 0
-    for q in parts:
-        for start in range(0, q.shape[0], _PACK_ROWS):
-            end = min(start + _PACK_ROWS, q.shape[0])
-            r0, r1 = base + start, base + end
-            terms = q.int4_lazy_terms(start, end) if lazy else q.int4_terms(start, end)
-            for t, (codes, scale, zero) in enumerate(terms):
-                if t == len(codes_out):
-                    codes_out.append(torch.empty((N, K // 2), dtype=torch.uint8, device=device))
-                    sz.append(torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16, device=device))
-                write(q, start, end, codes, codes_out[t][r0:r1])
-                sz[t][:, r0:r1, 0] = scale.t().to(device)
-                sz[t][:, r0:r1, 1] = zero.t().to(device)
-            release_pages(q.row_slice(start, end))     # file pages read: not needed again
-        base += q.shape[0]
-    return codes_out, sz
-
-
-def _write_cpu_layout(q: QuantTensor, start: int, end: int, codes: Any, out: torch.Tensor) -> None:
-    if isinstance(codes, Codes):
-        _pack_codes(q.raw[start:end], q.block_bytes, codes, out)
-    else:
-        out.copy_(pack_int4(codes))
-
-
-def _write_nibble_pairs(q: QuantTensor, start: int, end: int, codes: Any, out: torch.Tensor) -> None:
-    c = codes.to(out.device)
-    out.copy_((c[:, 0::2] << 4) | c[:, 1::2])
-
-
 class _Int4Part(nn.Module):
     """Row parts of one type packed as int4 terms for the CPU kernel: ``(packed uint8, scales_and_zeros
     bf16 [K/32, N, 2])`` per term, packed in chunks of whole 64-row blocks."""
 
     def __init__(self, parts: Sequence[QuantTensor]) -> None:
         super().__init__()
-        packed, sz = _int4_terms_packed(parts, torch.device("cpu"), True, _write_cpu_layout)
+        packed, sz = pack_cpu(parts)
         self.n_terms = len(packed)
         for t in range(self.n_terms):
             self.register_buffer(f"packed{t}", packed[t], persistent=False)
@@ -225,7 +123,7 @@ class _CudaInt4Part(nn.Module):
         super().__init__()
         K = parts[0].shape[1]
         inner = 8 if K % 128 == 0 else 4 if K % 64 == 0 else 2     # k-tiles of 16 per load
-        nibbles, sz = _int4_terms_packed(parts, device, False, _write_nibble_pairs)
+        nibbles, sz = pack_cuda_nibbles(parts, device)
         self.n_terms = len(nibbles)
         for t in range(self.n_terms):
             self.register_buffer(f"packed{t}", torch.ops.aten._convert_weight_to_int4pack(nibbles[t], inner),
@@ -248,8 +146,8 @@ class _Bf16Part(nn.Module):
     def __init__(self, q: QuantTensor) -> None:
         super().__init__()
         w = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
-        for start in range(0, q.shape[0], _PACK_ROWS):
-            part = q.row_slice(start, min(start + _PACK_ROWS, q.shape[0]))
+        for start in range(0, q.shape[0], PACK_ROWS):
+            part = q.row_slice(start, min(start + PACK_ROWS, q.shape[0]))
             w[start:start + part.shape[0]] = part.dequantize(torch.bfloat16)
             release_pages(part)
         self.register_buffer("weight", w, persistent=False)

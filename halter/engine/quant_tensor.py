@@ -38,6 +38,9 @@ class QuantTensor:
             raise ValueError(f"{self.type_name} rows of {self.shape[1]} values are not whole blocks")
         self.raw = raw.reshape(self.shape[0], self.shape[1] // self.block_len * self.block_bytes)
         self.file_backed = False           # a view of a memory-mapped file (``release_pages``)
+        self.source_path: str | None = None      # the file and tensor it came from (errors name them)
+        self.source_name: str | None = None
+        self.scales_checked = False        # its scale fields were found finite (``scales_finite``, packing)
 
     @classmethod
     def from_file(cls, path: str, offset: int, ggml_type: int, shape: tuple[int, int]) -> "QuantTensor":
@@ -63,7 +66,9 @@ class QuantTensor:
     def to(self, device: torch.device | str) -> "QuantTensor":
         if self.raw.device == torch.device(device):
             return self
-        return QuantTensor(self.raw.to(device), self.ggml_type, self.shape)
+        q = QuantTensor(self.raw.to(device), self.ggml_type, self.shape)
+        q.source_path, q.source_name, q.scales_checked = self.source_path, self.source_name, self.scales_checked
+        return q
 
     def blocks(self) -> torch.Tensor:
         return self.raw.reshape(-1, self.block_bytes)
@@ -90,7 +95,8 @@ class QuantTensor:
     def row_slice(self, start: int, end: int) -> "QuantTensor":
         """Rows ``start:end`` (a view of the same blocks: rows are independent in every type)."""
         q = QuantTensor(self.raw[start:end], self.ggml_type, (end - start, self.shape[1]))
-        q.file_backed = self.file_backed
+        q.file_backed, q.source_path, q.source_name = self.file_backed, self.source_path, self.source_name
+        q.scales_checked = self.scales_checked
         return q
 
     @staticmethod
@@ -187,38 +193,46 @@ class Codes(NamedTuple):
 
 LazyTerm = tuple["Codes | torch.Tensor", torch.Tensor, torch.Tensor]
 
+# where each term's codes lie in a block (None: materialised, the 5-bit types' fifth bits)
+LAZY_CODES: dict[str, tuple[Codes | None, ...]] = {
+    "Q4_0": (Codes("nibbles", 2, 1, 16),), "Q4_1": (Codes("nibbles", 4, 1, 16),),
+    "Q5_0": (Codes("nibbles", 6, 1, 16), None), "Q5_1": (Codes("nibbles", 8, 1, 16), None),
+    "Q8_0": (Codes("low", 2, 1, 32), Codes("high", 2, 1, 32)),
+    "Q4_K": (Codes("nibbles", 16, 4, 32),), "Q5_K": (Codes("nibbles", 48, 4, 32), None),
+}
+
 
 def _t_q4_0(b: torch.Tensor) -> list[LazyTerm]:
     d = _f16(b[:, 0:2])
-    return [(Codes("nibbles", 2, 1, 16), d, torch.zeros_like(d))]
+    return [(LAZY_CODES["Q4_0"][0], d, torch.zeros_like(d))]
 
 
 def _t_q4_1(b: torch.Tensor) -> list[LazyTerm]:
     d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    return [(Codes("nibbles", 4, 1, 16), d, 8 * d + m)]
+    return [(LAZY_CODES["Q4_1"][0], d, 8 * d + m)]
 
 
 def _t_q5_0(b: torch.Tensor) -> list[LazyTerm]:
     d = _f16(b[:, 0:2])               # (lo + 16 h - 16) d = [(lo - 8) d - 8 d] + [(h + 8 - 8) 16 d]
-    return [(Codes("nibbles", 6, 1, 16), d, -8 * d), (_high_bits(b[:, 2:6]), 16 * d, torch.zeros_like(d))]
+    return [(LAZY_CODES["Q5_0"][0], d, -8 * d), (_high_bits(b[:, 2:6]), 16 * d, torch.zeros_like(d))]
 
 
 def _t_q5_1(b: torch.Tensor) -> list[LazyTerm]:
     d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    return [(Codes("nibbles", 8, 1, 16), d, 8 * d + m), (_high_bits(b[:, 4:8]), 16 * d, torch.zeros_like(d))]
+    return [(LAZY_CODES["Q5_1"][0], d, 8 * d + m), (_high_bits(b[:, 4:8]), 16 * d, torch.zeros_like(d))]
 
 
 def _t_q8_0(b: torch.Tensor) -> list[LazyTerm]:
     d = _f16(b[:, 0:2])               # q = 16 hi + lo, lo = q & 15 in 0..15, hi = q >> 4 in -8..7
     # as bytes: hi + 8 is the unsigned high nibble with bit 3 flipped
-    return [(Codes("low", 2, 1, 32), d, 8 * d), (Codes("high", 2, 1, 32), 16 * d, torch.zeros_like(d))]
+    return [(LAZY_CODES["Q8_0"][0], d, 8 * d), (LAZY_CODES["Q8_0"][1], 16 * d, torch.zeros_like(d))]
 
 
 def _t_q4_k(b: torch.Tensor) -> list[LazyTerm]:
     d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
     sc, mn = _k4_scales(b[:, 4:16])
     s = d * sc                        # c s - dmin mn = (c - 8) s + (8 s - dmin mn), per 32 values
-    return [(Codes("nibbles", 16, 4, 32), s, 8 * s - dmin * mn)]
+    return [(LAZY_CODES["Q4_K"][0], s, 8 * s - dmin * mn)]
 
 
 def _t_q5_k(b: torch.Tensor) -> list[LazyTerm]:
@@ -227,7 +241,7 @@ def _t_q5_k(b: torch.Tensor) -> list[LazyTerm]:
     s = d * sc
     bit = torch.arange(8, dtype=torch.uint8, device=b.device).view(1, 8, 1)
     high = (((b[:, 16:48].reshape(-1, 1, 32) >> bit) & 1) | 8).reshape(-1, 256)
-    return [(Codes("nibbles", 48, 4, 32), s, 8 * s - dmin * mn), (high, 16 * s, torch.zeros_like(s))]
+    return [(LAZY_CODES["Q5_K"][0], s, 8 * s - dmin * mn), (high, 16 * s, torch.zeros_like(s))]
 
 
 _TERM_FNS = {"Q4_0": _t_q4_0, "Q4_1": _t_q4_1, "Q5_0": _t_q5_0, "Q5_1": _t_q5_1, "Q8_0": _t_q8_0,
