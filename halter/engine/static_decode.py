@@ -220,29 +220,9 @@ class StaticDecoder:
             if self.mode == "cuda-graph":
                 st.forward = st.run      # type: ignore[method-assign] - the compiled step is captured
         if self.mode == "cuda-graph":
-            st.run = self._capture_checked(st)
+            st.run = self._checked(st, self._capture, "CUDA graph capture", "uncaptured", 1e-3)
         elif self.mode == "trace":
-            st.run = self._trace_checked(st)
-
-    def _trace_checked(self, st: StaticStep) -> Callable[[], None]:
-        """``_trace``, checked once against the untraced step; falls back to it with a warning.
-
-        As for a CUDA graph, the check runs both on the trace's own inputs (every row inactive,
-        the cache unchanged) and wants the same logits, bit for bit.
-        """
-        try:
-            traced = self._trace(st)
-            traced()
-            got = st.logits.clone()
-            st.forward()
-            if not torch.allclose(got, st.logits, rtol=0.0, atol=0.0, equal_nan=True):
-                raise RuntimeError("the traced step's logits differ from the untraced step's")
-            return traced
-        except Exception as exc:  # noqa: BLE001 - any tracing failure degrades to the plain step
-            warnings.warn(f"tracing the decode step for bucket (B={st.B}, span={st.span}) failed "
-                          f"({type(exc).__name__}: {exc}); this bucket runs the static step untraced",
-                          RuntimeWarning, stacklevel=3)
-            return st.forward
+            st.run = self._checked(st, self._trace, "tracing the decode step", "untraced", 0.0)
 
     def _trace(self, st: StaticStep) -> Callable[[], None]:
         """The step's layers recorded by ``torch.jit.trace`` (TorchScript): one C++ graph that runs
@@ -267,27 +247,30 @@ class StaticDecoder:
                 traced(net.embed(tokens), *args)
         return run
 
-    def _capture_checked(self, st: StaticStep) -> Callable[[], None]:
-        """``_capture``, checked once against the uncaptured step; falls back to it with a warning.
+    def _checked(self, st: StaticStep, build: Callable[[StaticStep], Callable[[], None]], label: str,
+                 fallback: str, tol: float) -> Callable[[], None]:
+        """``build(st)``'s runner, checked once against the plain step; falls back to it with a warning.
 
-        The check replays the graph on the capture's own inputs (every row inactive, so the cache
-        is unchanged) and compares its logits with the plain step's. A capture that fails or
-        disagrees costs speed, never a wrong token.
+        The check runs both on the build's own inputs (every row inactive, so the cache is
+        unchanged) and wants the same logits (within ``tol``; a trace: bit for bit). A build that
+        fails or disagrees costs speed, never a wrong token.
         """
+        cuda = st.inputs.is_cuda
         try:
-            replay = self._capture(st)
-            replay()
-            torch.cuda.synchronize()
-            captured = st.logits.clone()
+            run = build(st)
+            run()
+            if cuda:
+                torch.cuda.synchronize()
+            got = st.logits.clone()
             st.forward()
-            torch.cuda.synchronize()
-            if not torch.allclose(captured, st.logits, rtol=1e-3, atol=1e-3, equal_nan=True):
-                raise RuntimeError("replayed logits differ from the uncaptured step's")
-            return replay
-        except Exception as exc:  # noqa: BLE001 - any capture failure degrades to the plain step
-            warnings.warn(f"CUDA graph capture for decode bucket (B={st.B}, span={st.span}) failed "
-                          f"({type(exc).__name__}: {exc}); this bucket runs the static step uncaptured",
-                          RuntimeWarning, stacklevel=3)
+            if cuda:
+                torch.cuda.synchronize()
+            if not torch.allclose(got, st.logits, rtol=tol, atol=tol, equal_nan=True):
+                raise RuntimeError("its logits differ from the plain step's")
+            return run
+        except Exception as exc:  # noqa: BLE001 - any failure degrades to the plain step
+            warnings.warn(f"{label} for bucket (B={st.B}, span={st.span}) failed ({type(exc).__name__}: "
+                          f"{exc}); this bucket runs the static step {fallback}", RuntimeWarning, stacklevel=3)
             return st.forward
 
     def _capture(self, st: StaticStep) -> Callable[[], None]:
