@@ -341,3 +341,21 @@ def test_compiled_step_captured_as_a_cuda_graph_equals_eager(tiny_gguf_dir: str)
         for step in range(4):
             assert _close(fused.decode([[3 + step]], [0]), eager.decode([[3 + step]], [0]))
     assert hasattr(fused._static.steps[1, 64], "graph")
+
+
+def test_auto_leaves_a_model_with_per_product_dequantization_eager_on_the_cpu(tiny_gguf_dir: str) -> None:
+    # the tiny Q4_K llama's 310-row output matrix is too short for the int4 kernel: it is
+    # dequantized at every product, which TorchScript's tracer cannot record
+    path = tiny_path(tiny_gguf_dir, "llama", "Q4_K")
+    auto = Model.load(path, device="cpu", n_ctx=64, progress=False)
+    assert any("dequant" in getattr(m, "kernels", ()) for m in auto.net.modules())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                 # no "tracing failed" warning on the default path
+        got = auto.generate(PROMPT, max_tokens=6, temperature=0.0, ignore_eos=True)
+    assert auto.decode_mode == "eager"
+    traced = Model.load(path, device="cpu", n_ctx=64, progress=False, decode="trace")
+    with pytest.warns(RuntimeWarning, match="tracing the decode step"):
+        again = traced.generate(PROMPT, max_tokens=6, temperature=0.0, ignore_eos=True)
+    assert again.tokens == got.tokens
+    f32 = Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu", n_ctx=64, progress=False)
+    assert f32.decode_mode == "trace"

@@ -287,14 +287,23 @@ class Model:
         ``"cuda-graph"`` captures one CUDA graph per bucket on first use (with a ``backend``, of
         the step compiled with it: inductor fuses the elementwise work into fewer kernels). Prompt
         chunks of several tokens and ``all_logits`` calls always run eagerly. Previously traced or
-        compiled steps and graphs are dropped.
+        compiled steps and graphs are dropped. On the CPU, ``"auto"`` is ``"eager"`` for a model
+        with a matrix dequantized at every product (Q2_K, Q3_K, or rows the int4 kernel cannot
+        take): TorchScript's tracer cannot record its block decoding, and an explicit ``"trace"``
+        there falls back to the untraced step with a warning.
         """
         resolved = resolve_mode(mode, self.device)
+        if mode == "auto" and resolved == "trace" and self._dequantizes_per_product():
+            resolved = "eager"      # the tracer cannot record block decoding (dtype views): see above
         if min_span is None:
             min_span = 256 if self.device.type == "cuda" else 64
         self._static = None if resolved == "eager" else \
             StaticDecoder(self.net, self.rope, self.cache, resolved, backend=backend, min_span=min_span)
         self.decode_mode = resolved
+
+    def _dequantizes_per_product(self) -> bool:
+        """Does some matrix of the model run through the dequantize-per-product kernel?"""
+        return any("dequant" in getattr(m, "kernels", ()) for m in self.net.modules())
 
     # -- properties ---------------------------------------------------------------------------
     @property
