@@ -69,8 +69,8 @@ class Rope:
         The same products and sums as ``apply`` (a negation moved into sin), up to the rounding of
         a fused multiply-add.
         """
-        D = x.shape[-1]
-        key = (D, x.device)
+        D = int(x.shape[-1])         # (a plain int when traced too: the memo then hits, and a
+        key = (D, x.device)          # traced step reads the gather's index as a constant)
         partner = self._partner.get(key)
         if partner is None:
             h = self.rope_dim // 2
