@@ -149,22 +149,20 @@ class SliceDepth:
         if self._need[k][u] & ~have:                      # a class no item reads: dead at once
             memo[at] = None
             return None
-        groups = self._groups(node, u, k)
-        if all(read for _, _, read in groups):
-            for cls, u2, _read in groups:
-                t = node.next[cls]
-                t_id = t if t >= 0 else step_class(node, cls).id
-                if t_id == 0:
+        for cls, u2, _read in self._groups(node, u, k):   # (every class is read by some item)
+            t = node.next[cls]
+            t_id = t if t >= 0 else step_class(node, cls).id
+            if t_id == 0:
+                break
+            if boundary[u2]:
+                out.add((t_id, u2))
+            else:                                          # mid-character: the rest of it, memoised
+                rest = self.successors(t_id, u2, k)       # (states of a rule's rest are shared)
+                if rest is None:
                     break
-                if boundary[u2]:
-                    out.add((t_id, u2))
-                else:                                      # mid-character: the rest of it, memoised
-                    rest = self.successors(t_id, u2, k)   # (states of a rule's rest are shared)
-                    if rest is None:
-                        break
-                    out.update(rest)
-            else:
-                result = tuple(out)
+                out.update(rest)
+        else:
+            result = tuple(out)
         memo[at] = result
         return result
 

@@ -214,7 +214,7 @@ class JsonText:
         raw, escaped = _class_spellings(key)
         options: list[Expr] = [CharClass(raw)] if raw else []
         if escaped is not None:
-            options.append(self.rules.shared("jesc", escaped))
+            options.append(self.rules.add("jesc", escaped, shared=True))
         result = alt(*options) if options else NEVER
         self._class_rules[key] = result
         return result

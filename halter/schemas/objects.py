@@ -55,7 +55,7 @@ def key_complement(js: JsonText, names: list[str]) -> Expr:
             node = node.setdefault(ch, {})
         node[""] = {}
     rules = js.rules
-    any_rest = rules.shared("key-rest", cat(Repeat(js.string_char(), 0, None), Literal('"')))
+    any_rest = rules.add("key-rest", cat(Repeat(js.string_char(), 0, None), Literal('"')), shared=True)
 
     def size(node: dict) -> int:
         return 1 + sum(size(v) for v in node.values())
@@ -104,9 +104,8 @@ class ObjectBuilder:
         # (``":``): what follows is one rule shared by every object with the same value schema,
         # so the masks that depend on it are computed once, not once per object
         # (a value that is a rule call, such as any JSON value, makes a small tail every schema
-        # may share: kept once per process, see Rules.shared; a value written out stays local)
-        add = self.rules.shared if isinstance(value, RuleRef) else self.rules.add
-        return cat(key, add("member-value", tail))
+        # may share: kept once per process, see Rules.add; a value written out stays local)
+        return cat(key, self.rules.add("member-value", tail, shared=isinstance(value, RuleRef)))
 
     def build(self, spec: ObjectSpec) -> Expr | None:
         js = self.js

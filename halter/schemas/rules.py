@@ -40,14 +40,16 @@ class Rules:
         self._by_body.setdefault(body, name)
         return RuleRef(name)
 
-    def add(self, hint: str, body: Expr) -> RuleRef:
-        """A reference to a rule with ``body``: an existing one with the same body, or a new one."""
+    def add(self, hint: str, body: Expr, *, shared: bool = False) -> RuleRef:
+        """A reference to a rule with ``body``: an existing one with the same body, or a new one.
+        ``shared``: a body that recurs across schemas (an escape, an object's value tail); a new
+        rule gets the process's one copy of it (``rule_memo.canonical``), hashed only then."""
         if isinstance(body, RuleRef):
             return body
         existing = self._by_body.get(body)
         if existing is not None:
             return RuleRef(existing)
-        return self.define(self.reserve(hint), body)
+        return self.define(self.reserve(hint), canonical(body) if shared else body)
 
     def fixed(self, name: str, body: Expr) -> RuleRef:
         """A rule with exactly ``name`` (shared helpers such as ``ws`` or ``json-string``).
@@ -57,15 +59,6 @@ class Rules:
         if name not in self.rules:
             self.define(name, canonical(body))
         return RuleRef(name)
-
-    def shared(self, hint: str, body: Expr) -> RuleRef:
-        """``add`` for a body that recurs across schemas (an escape, an object's value tail)."""
-        if isinstance(body, RuleRef):
-            return body
-        existing = self._by_body.get(body)
-        if existing is not None:
-            return RuleRef(existing)
-        return self.define(self.reserve(hint), canonical(body))
 
 
 def tidy(expr: Expr, memo: dict[int, Expr] | None = None) -> Expr:
