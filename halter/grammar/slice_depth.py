@@ -39,6 +39,7 @@ class SliceDepth:
         self._cls: list = [None] * len(SLICES)
         self._u2s: list = [None] * len(SLICES)
         self._cols: list[dict] = [{} for _ in SLICES]     # (position, UTF-8 state) -> its next positions
+        self._group_memo: list[dict] = [{} for _ in SLICES]   # (positions, UTF-8 state) -> _groups
         self._depth: list[dict[int, int]] = [{} for _ in SLICES]
         self._succ: list[dict[tuple[int, int], tuple | None]] = [{} for _ in SLICES]
         self._exact: list[dict[int, tuple | None]] = [{} for _ in SLICES]
@@ -170,9 +171,14 @@ class SliceDepth:
         """(class, next slice state, read by some item) for one class of each group of the classes
         of slice ``k`` from slice state ``u`` that every item of ``node`` steps alike: such classes
         lead to the same state (the parser's transitions are memoised per class)."""
+        ds = tuple(d for d, _ in node.scan)   # (states differing by their contexts alone share it)
+        memo = self._group_memo[k]
+        got = memo.get((ds, u))
+        if got is not None:
+            return got
         classes, cols, byte_next = self._cls[k][u], self._cols[k], self.space.a.byte_next
         per_item = []
-        for d, _ in node.scan:
+        for d in ds:
             col = cols.get((d, u))
             if col is None:
                 row = byte_next[d]
@@ -180,7 +186,8 @@ class SliceDepth:
             per_item.append(col)
         # the first class of each group, kept by walking the classes backwards into a dict
         groups = dict(zip(reversed(list(zip(*per_item, self._u2s[k][u]))), reversed(classes)))
-        return [(cls, key[-1], max(key[:-1], default=-1) >= 0) for key, cls in groups.items()]
+        got = memo[(ds, u)] = [(cls, key[-1], max(key[:-1], default=-1) >= 0) for key, cls in groups.items()]
+        return got
 
     def exact(self, start: "Node", k: int, depth: int) -> tuple[int, ...] | None:
         """Where every string of slice ``k`` (a uniform one) dies right after ``depth`` characters
