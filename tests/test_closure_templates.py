@@ -18,7 +18,7 @@ from halter import Grammar
 from halter.errors import GrammarError
 from halter.grammar.parser_state import MAX_CHAIN, StateSpace
 from halter.grammar.random_text import random_text
-from tests.conftest import shared_path
+from tests.conftest import SHARED, shared_path
 
 RULES = ["root", "r1", "r2", "r3"]
 
@@ -150,3 +150,25 @@ def test_shipped_grammars_keep_their_templates(name):
     for _ in range(12):
         assert g.matcher().accept_text(random_text(g.rules, "root", rng, max_depth=6))
     assert g._space.templates and g._space._tpl_closures > 20
+
+
+def test_shortcut_closures_of_call_free_positions_are_the_earley_walks():
+    """A position that calls nothing, with an unknown caller, is closed without the walk (inside a
+    literal, or where its rule may end: the node escapes); it must be the node the walk makes, for
+    every such position of a schema grammar with counted strings and of a code grammar."""
+    from halter.grammar.contexts import OPAQUE_ID
+    from halter.grammar.earley import earley_closure
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 40},
+                                               "b": {"type": "array", "items": {"type": "integer"}, "maxItems": 9}}}
+    grammars = [Grammar.from_json_schema(schema)]
+    c_gbnf = SHARED / "grammars" / "c.gbnf"
+    if c_gbnf.exists():                          # (the schema alone where ../shared is absent)
+        grammars.append(Grammar.from_gbnf(c_gbnf.read_text()))
+    checked = 0
+    for g in grammars:
+        space, a = g._space, g._space.a
+        for d in range(a.n_positions):
+            if not a.calls[d]:
+                assert space.closure([(d, OPAQUE_ID)]) is earley_closure(space, [(d, OPAQUE_ID)]), d
+                checked += a.accepting[d]
+    assert checked > 20

@@ -109,7 +109,7 @@ class StateSpace(ContextTables):
         self.class_of = automata.class_of
         self._opaque_nodes: dict[int, Node] = {}
         self._single: dict[tuple[int, int], Node] = {}     # item (position, context) -> its closure
-        self._mates: dict[tuple[int, ...], tuple] = {}     # positions -> class -> classes stepped alike
+        self._kernels: dict[tuple, Node] = {}               # items (2 or more) -> their closure
         self._ret_items: dict[int, tuple] = {}             # context -> items of what it returns to
         self._ret_open: set[int] = set()                   # contexts whose _return_items is running
         #: position -> True where a call returning there is a tail call (the rule can only stop there)
@@ -185,12 +185,14 @@ class StateSpace(ContextTables):
         a = self.a
         if len(kernel) == 1:
             d, c = kernel[0]
-            if not a.calls[d] and not a.accepting[d]:    # inside a literal: one item that neither calls nor ends
-                has_b, has_t = a.has_bytes[d], bool(a.tokens[d])
-                if not has_b and not has_t:
+            if not a.calls[d] and (not a.accepting[d] or c == OPAQUE_ID):
+                # one item that calls nothing: inside a literal, or (an unknown caller) where the rule
+                # may end, which escapes and completes nothing known (the Earley walk's answer too)
+                has_b, has_t, escaped = a.has_bytes[d], bool(a.tokens[d]), bool(a.accepting[d])
+                if not has_b and not has_t and not escaped:
                     return self.dead
                 item = (kernel[0],)
-                return self.intern_node(item if has_b else (), item if has_t else (), False, False)
+                return self.intern_node(item if has_b else (), item if has_t else (), False, escaped)
             if c == OPAQUE_ID or not self.templates:
                 return earley_closure(self, kernel)
         elif not self.templates or any(c == OPAQUE_ID for _, c in kernel):
@@ -305,36 +307,15 @@ class StateSpace(ContextTables):
                 nxt = self._single.get(item)
                 if nxt is None:
                     nxt = self._single[item] = self.closure(kernel)
+        elif kernel:                     # several items: states reading alike classes share the kernel
+            key = tuple(kernel)
+            nxt = self._kernels.get(key)
+            if nxt is None:
+                nxt = self._kernels[key] = self.closure(kernel)
         else:
-            nxt = self.closure(kernel) if kernel else self.dead
-        mates = self._class_mates(node.scan)[cls] if node.scan else ()
-        if len(mates) <= 1:
-            node.next[cls] = nxt.id
-        else:                            # the same kernel, so the same state: stored for all of them
-            row, nid = node.next, nxt.id
-            for c2 in mates:
-                row[c2] = nid
+            nxt = self.dead
+        node.next[cls] = nxt.id
         return nxt
-
-    def _class_mates(self, scan: tuple) -> tuple[tuple[int, ...], ...]:
-        """Per byte class, the classes that every item of ``scan`` steps alike (to the same next
-        position, or to none): stepping any of them builds the same kernel, so the same state.
-        Memoised per tuple of positions (states that differ by their contexts alone share it), so
-        that a walk or a depth search stepping one class of a group has stepped them all."""
-        ds = tuple([d for d, _ in scan])
-        got = self._mates.get(ds)
-        if got is None:
-            byte_next = self.a.byte_next
-            groups: dict[tuple, list[int]] = {}
-            for c, key in enumerate(zip(*[byte_next[d] for d in ds])):
-                groups.setdefault(key, []).append(c)
-            mates: list = [()] * self.a.n_classes
-            for members in groups.values():
-                t = tuple(members)
-                for c in members:
-                    mates[c] = t
-            got = self._mates[ds] = tuple(mates)   # tuples of ints: the cyclic collector stops tracking them
-        return got
 
     def step_byte(self, node: Node, byte: int) -> Node:
         nid = node.next[self.class_of[byte]]
