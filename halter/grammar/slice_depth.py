@@ -9,6 +9,7 @@ counts the rule has ended on every string, for walks that skip whole subtrees of
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,6 +44,7 @@ class SliceDepth:
         self._depth: list[dict[int, int]] = [{} for _ in SLICES]
         self._succ: list[dict[tuple[int, int], tuple | None]] = [{} for _ in SLICES]
         self._exact: list[dict[int, tuple | None]] = [{} for _ in SLICES]
+        self._pick: list = [None] * len(SLICES)
         self._need: list = [None] * len(SLICES)           # per slice and UTF-8 state: its classes, as bits
         self._reads: dict[int, int] = {}                  # position -> the classes it reads, as bits
         self._read_rows: np.ndarray | None = None
@@ -62,6 +64,9 @@ class SliceDepth:
             self._cls[k] = [tuple(cls[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
             self._u2s[k] = [tuple(u2[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
             self._need[k] = [sum(1 << c for c in set(row)) for row in self._cls[k]]
+            # per UTF-8 state: a row of next positions -> the entries of its classes, as a tuple
+            self._pick[k] = [itemgetter(*row) if len(row) > 1 else (lambda r, row=row: tuple(r[c] for c in row))
+                             for row in self._cls[k]]
 
     def _read_bits(self, d: int) -> int:
         """The byte classes position ``d`` reads, as the bits of an int (memoised)."""
@@ -177,12 +182,12 @@ class SliceDepth:
         if got is not None:
             return got
         classes, cols, byte_next = self._cls[k][u], self._cols[k], self.space.a.byte_next
+        pick = self._pick[k][u]
         per_item = []
         for d in ds:
             col = cols.get((d, u))
             if col is None:
-                row = byte_next[d]
-                col = cols[(d, u)] = tuple(row[c] for c in classes)
+                col = cols[(d, u)] = pick(byte_next[d])
             per_item.append(col)
         # the first class of each group, kept by walking the classes backwards into a dict
         groups = dict(zip(reversed(list(zip(*per_item, self._u2s[k][u]))), reversed(classes)))
