@@ -218,3 +218,31 @@ def test_synthetic_vocab_masks_match_brute_force_with_slices():
         cg = Grammar.from_gbnf(text).compile(vocab, cache=False)
         for seed in range(3):
             assert random_walk_check(cg, seed, steps=25, sample=None) > 0
+
+
+@pytest.mark.slow
+def test_depths_over_positions_equal_depths_over_parser_states():
+    """Where a position's calls read none of a slice, its depth is searched over positions
+    (``position_depth.py``): the same depth as over parser states, on every position of a schema
+    with key complements and counted strings and of code grammars, for every slice."""
+    vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-gpt-2.gguf"))
+    schema = dict(SCHEMA, additionalProperties=True,
+                  properties=dict(SCHEMA["properties"], **{k: {"type": "integer"} for k in ("ids", "idx", "codes", "free2")}))
+    grammars = [Grammar.from_json_schema(schema)] + [Grammar.from_gbnf(t) for t in GBNF.values()]
+    c_gbnf = shared_path("grammars", "c.gbnf")
+    grammars.append(Grammar.from_gbnf(c_gbnf.read_text()))
+    by_positions = 0
+    for g in grammars:
+        cg = g.compile(vocab, cache=False)
+        space, sl = cg.space, slices.trie_slices(cg.trie)
+        fast, slow = slice_depth.SliceDepth(space, sl), slice_depth.SliceDepth(space, sl)
+        slow.by_positions = False
+        for d in range(space.a.n_positions):
+            if not space.a.has_bytes[d]:
+                continue
+            start = space.opaque_node(d)
+            for k in range(len(slices.SLICES)):
+                if sl.max_len[k]:
+                    assert fast.depth(start, k) == slow.depth(start, k), (d, k)
+        by_positions += sum(v is not None for v in fast._positions._depth.values())
+    assert by_positions > 200

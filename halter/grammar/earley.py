@@ -10,13 +10,14 @@ OPAQUE context: the opaque node of each position) and builds the other closures 
 save chains of completions too deep or cyclic for that, which come back here. The walk uses the
 space's public interface only: the automata (``a``), ``tail_returns``, the context tables
 (``ctx_returns``, ``ctx_flags``, ``intern_context``, ``context_by_meaning``) and ``merge_items`` /
-``intern_node`` to make the node.
+``intern_node`` to make the node. ``opaque_by_calls`` spares the walk for a position that makes
+the same calls as one walked before (its memo, ``_call_rest``, is the space's).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from halter.grammar.contexts import ENDS_ROOT, ESCAPES, WORK, same_context
+from halter.grammar.contexts import ENDS_ROOT, ESCAPES, OPAQUE_ID, WORK, same_context
 from halter.grammar.graphs import strongly_connected_components
 
 if TYPE_CHECKING:
@@ -198,3 +199,41 @@ def _tail_info(r: int, waiting: dict, aliases: dict, tails: dict, ctx_returns: l
         for x in group:
             tails[x] = info
     return tails[r]
+
+
+def opaque_by_calls(space: "StateSpace", d: int) -> "Node | None":
+    """The opaque node of ``d`` (which calls rules, none of which can match empty) from that of
+    another position making the same calls, or None (then the Earley walk runs). Memoised in the
+    space's ``_call_rest`` per tuple of calls; ``StateSpace._closure`` asks it first.
+
+    With no callee that can end at once, the closure of ``(d, OPAQUE)`` is that item plus
+    what its calls predict, which depends on the calls alone (callees' starts, contexts made of
+    the ``after`` positions): the positions of a JSON key's complement or of a string's counts
+    make the same calls one after another. The first such position's walk is split into its
+    own item and the rest, kept when it is exactly that (its own item once, with the OPAQUE
+    context; the node escaping just where ``d`` may end)."""
+    a = space.a
+    calls = a.calls[d]
+    rest = space._call_rest.get(calls)
+    if rest is None:
+        if any(a.nullable[r] for r, _ in calls):
+            space._call_rest[calls] = False
+            return None
+        node = earley_closure(space, [(d, OPAQUE_ID)])
+        scan = tuple(it for it in node.scan if it[0] != d)
+        tok = tuple(it for it in node.tok if it[0] != d)
+        own = (d, OPAQUE_ID)
+        exact = (len(node.scan) - len(scan) == (own in node.scan) == bool(a.has_bytes[d])
+                 and len(node.tok) - len(tok) == (own in node.tok) == bool(a.tokens[d])
+                 and not node.accepting and node.escaped == bool(a.accepting[d]))
+        space._call_rest[calls] = (scan, tok) if exact else False
+        return node
+    if rest is False:
+        return None
+    scan, tok = rest
+    if any(x == d for x, _ in scan) or any(x == d for x, _ in tok):
+        return None
+    own = (d, OPAQUE_ID)
+    return space.intern_node(tuple(sorted(scan + (own,))) if a.has_bytes[d] else scan,
+                            tuple(sorted(tok + (own,))) if a.tokens[d] else tok, False, bool(a.accepting[d]))
+

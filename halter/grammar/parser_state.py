@@ -41,7 +41,7 @@ from halter.grammar.automaton import RuleAutomata
 from halter import limits
 from halter.errors import LimitError
 from halter.grammar.contexts import BOTTOM_ID, ENDS_ROOT, ESCAPES, OPAQUE_ID, WORK, ContextTables
-from halter.grammar.earley import earley_closure
+from halter.grammar.earley import earley_closure, opaque_by_calls
 
 __all__ = ["BOTTOM_ID", "ENDS_ROOT", "ESCAPES", "OPAQUE_ID", "Node", "StateSpace"]
 
@@ -195,7 +195,7 @@ class StateSpace(ContextTables):
                 item = (kernel[0],)
                 return self.intern_node(item if has_b else (), item if has_t else (), False, escaped)
             if c == OPAQUE_ID and a.calls[d]:
-                node = self._opaque_by_calls(d)
+                node = opaque_by_calls(self, d)
                 if node is not None:
                     return node
             if c == OPAQUE_ID or not self.templates:
@@ -218,41 +218,6 @@ class StateSpace(ContextTables):
         if not scan and not tok and not accepting and not escaped:
             return self.dead
         return self.intern_node(self.merge_items(scan), self.merge_items(tok), accepting, escaped)
-
-    def _opaque_by_calls(self, d: int) -> Node | None:
-        """The opaque node of ``d`` (which calls rules, none of which can match empty) from that of
-        another position making the same calls, or None (then the Earley walk runs).
-
-        With no callee that can end at once, the closure of ``(d, OPAQUE)`` is that item plus
-        what its calls predict, which depends on the calls alone (callees' starts, contexts made of
-        the ``after`` positions): the positions of a JSON key's complement or of a string's counts
-        make the same calls one after another. The first such position's walk is split into its
-        own item and the rest, kept when it is exactly that (its own item once, with the OPAQUE
-        context; the node escaping just where ``d`` may end)."""
-        a = self.a
-        calls = a.calls[d]
-        rest = self._call_rest.get(calls)
-        if rest is None:
-            if any(a.nullable[r] for r, _ in calls):
-                self._call_rest[calls] = False
-                return None
-            node = earley_closure(self, [(d, OPAQUE_ID)])
-            scan = tuple(it for it in node.scan if it[0] != d)
-            tok = tuple(it for it in node.tok if it[0] != d)
-            own = (d, OPAQUE_ID)
-            exact = (len(node.scan) - len(scan) == (own in node.scan) == bool(a.has_bytes[d])
-                     and len(node.tok) - len(tok) == (own in node.tok) == bool(a.tokens[d])
-                     and not node.accepting and node.escaped == bool(a.accepting[d]))
-            self._call_rest[calls] = (scan, tok) if exact else False
-            return node
-        if rest is False:
-            return None
-        scan, tok = rest
-        if any(x == d for x, _ in scan) or any(x == d for x, _ in tok):
-            return None
-        own = (d, OPAQUE_ID)
-        return self.intern_node(tuple(sorted(scan + (own,))) if a.has_bytes[d] else scan,
-                                tuple(sorted(tok + (own,))) if a.tokens[d] else tok, False, bool(a.accepting[d]))
 
     def _count_template(self, made: int) -> None:
         """Count the ``made`` contexts of a closure built from opaque nodes; past the budget, walk.

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from halter.grammar.position_depth import PositionDepth
 from halter.grammar.slices import DEAD, N_UTF8, SLICES, TrieSlices
 
 if TYPE_CHECKING:
@@ -32,6 +33,10 @@ EXACT_STATES = 64
 class SliceDepth:
     """Slice depths of the parser states of one state space (memoised per state and slice)."""
 
+    by_positions = True
+    """Search over grammar positions where a start's calls read none of the slice
+    (``position_depth.py``); False: always over parser states (tests compare the two)."""
+
     def __init__(self, space: "StateSpace", slices: TrieSlices) -> None:
         self.space = space
         self.slices = slices
@@ -45,6 +50,9 @@ class SliceDepth:
         self._succ: list[dict[tuple[int, int], tuple | None]] = [{} for _ in SLICES]
         self._exact: list[dict[int, tuple | None]] = [{} for _ in SLICES]
         self._pick: list = [None] * len(SLICES)
+        self._need_all: list = [0] * len(SLICES)           # per slice: all its classes, as bits
+        self._boundary: list = [None] * len(SLICES)
+        self._positions = PositionDepth(space)
         self._need: list = [None] * len(SLICES)           # per slice and UTF-8 state: its classes, as bits
         self._reads: dict[int, int] = {}                  # position -> the classes it reads, as bits
         self._read_rows: np.ndarray | None = None
@@ -64,6 +72,8 @@ class SliceDepth:
             self._cls[k] = [tuple(cls[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
             self._u2s[k] = [tuple(u2[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
             self._need[k] = [sum(1 << c for c in set(row)) for row in self._cls[k]]
+            self._need_all[k] = sum(1 << c for c in set().union(*self._cls[k]))
+            self._boundary[k] = SLICES[k].boundary.tolist()
             # per UTF-8 state: a row of next positions -> the entries of its classes, as a tuple
             self._pick[k] = [itemgetter(*row) if len(row) > 1 else (lambda r, row=row: tuple(r[c] for c in row))
                              for row in self._cls[k]]
@@ -109,6 +119,12 @@ class SliceDepth:
             return hit
         self._prepare(k)
         best = min(self.slices.max_len[k], MAX_DEPTH)
+        d = self._positions.own_position(start) if self.by_positions else None
+        if d is not None:              # over positions where its calls read none of the slice
+            got = self._positions.depth(d, k, best, self._cls[k], self._u2s[k], self._boundary[k], self._need_all[k])
+            if got is not None:
+                memo[start.id] = got
+                return got
         level = [(start.id, 0)]
         seen = {(start.id, 0)}
         j = 0

@@ -1,0 +1,224 @@
+"""Slice depths found over grammar positions, without making parser states (``slice_depth.py``).
+
+A slice depth is searched from the opaque node of one position (``slice_depth.SliceDepth.depth``),
+stepping every character of the slice breadth first. The opaque node holds the position's own item
+with the unknown (OPAQUE) caller and what its calls predict. Where every called rule is either
+unable to read a byte of the slice (a JSON key's complement calls the escape rule, which starts with
+a backslash) or tail-called (the call ends the caller's rule, so the callee's items take the OPAQUE
+context too: a large key complement is cut into parts called that way), and none can match the
+empty string, the items that read slice characters are a set of positions, all with the OPAQUE
+context, and a character moves them to the set of their next positions, closed the same way. The
+search then runs over those sets and the automata's ``next_array``, with no parser state made: the
+depth of a key complement, whose states are one per key prefix, costs a few lookups per prefix
+instead of a closure each. A set that calls otherwise (a counted string's multi-byte characters are
+a call that returns to the next count) sends the whole search back to parser states (``None``).
+
+Depths are memoised per set: along a key or a count, the next position's search is a lookup.
+"""
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+from halter.grammar.contexts import OPAQUE_ID
+
+if TYPE_CHECKING:
+    from halter.grammar.parser_state import Node, StateSpace
+
+NOT_SIMPLE = False
+"""``successors`` where a position calls a rule that may read a byte of the slice."""
+
+
+class PositionDepth:
+    """Depths of slices over sets of positions with the OPAQUE context (memoised per set)."""
+
+    def __init__(self, space: "StateSpace") -> None:
+        self.space = space
+        self.a = space.a
+        self._first: dict[int, int] = {}          # position -> classes its prediction closure reads (bits)
+        self._first_open: set[int] = set()
+        self._predicted: dict[int, frozenset | None] = {}   # rule -> rules its start's closure predicts
+        self._closed: dict[tuple[int, int], tuple | bool] = {}   # (positions, slice) -> closed set
+        self._depth: dict[tuple, int | None] = {}
+        self._succ: dict[tuple, tuple | bool | None] = {}
+        self._picks: dict[int, tuple] = {}        # a class list's id -> (the list, its itemgetter)
+
+    def own_position(self, start: "Node") -> int | None:
+        """The position ``start`` is the opaque node of (one of its items with the OPAQUE context), or None."""
+        opaque = self.space._opaque_nodes
+        for d, c in start.scan:
+            if c == OPAQUE_ID and opaque.get(d) is start:
+                return d
+        return None
+
+    # -- what calls may read ------------------------------------------------------------------
+    def _first_of(self, x: int) -> int | None:
+        """Classes read by the items the prediction closure of position ``x`` holds (``x``'s own
+        reads, its callees' starts and theirs, the positions after nullable callees); None where
+        a cycle of predictions is met (treated as reading anything)."""
+        got = self._first.get(x)
+        if got is not None:
+            return got
+        if x in self._first_open:
+            return None
+        self._first_open.add(x)
+        try:
+            a = self.a
+            bits = sum(1 << c for c, t in enumerate(a.byte_next[x]) if t >= 0)
+            for rule, after in a.calls[x]:
+                sub = self._first_of(a.start[rule])
+                if sub is None:
+                    return None
+                bits |= sub
+                if a.nullable[rule]:
+                    sub = self._first_of(after)
+                    if sub is None:
+                        return None
+                    bits |= sub
+        finally:
+            self._first_open.discard(x)
+        self._first[x] = bits
+        return bits
+
+    def _predicts(self, rule: int) -> frozenset | None:
+        """Every rule the closure of ``rule``'s start predicts (itself included); None if that
+        needs more than a few hundred steps."""
+        if rule in self._predicted:
+            return self._predicted[rule]
+        a = self.a
+        seen, todo = {rule}, [a.start[rule]]
+        visited: set[int] = set()
+        while todo:
+            x = todo.pop()
+            if x in visited:
+                continue
+            visited.add(x)
+            if len(visited) > 512:
+                self._predicted[rule] = None
+                return None
+            for r, after in a.calls[x]:
+                if r not in seen:
+                    seen.add(r)
+                    todo.append(a.start[r])
+                if a.nullable[r]:
+                    todo.append(after)
+        got = self._predicted[rule] = frozenset(seen)
+        return got
+
+    def _close(self, positions: tuple, need_all: int) -> tuple | bool:
+        """The positions (sorted) whose items the closure of ``positions`` (each with the OPAQUE
+        context) holds that may read the slice, or ``NOT_SIMPLE`` where a call is neither
+        tail-called nor unable to read the slice, a callee is nullable, or a tail-called rule is
+        also predicted under another caller (its context would not be OPAQUE alone)."""
+        key = (positions, need_all)
+        got = self._closed.get(key)
+        if got is not None:
+            return got
+        a, tail = self.a, self.space.tail_returns
+        out: set[int] = set()
+        stack = list(positions)
+        tail_called: set[int] = set()
+        other: set[int] = set()
+        got = None
+        while stack:
+            x = stack.pop()
+            if x in out:
+                continue
+            out.add(x)
+            for rule, after in a.calls[x]:
+                if a.nullable[rule]:
+                    got = NOT_SIMPLE
+                    break
+                if tail[after]:
+                    tail_called.add(rule)
+                    stack.append(a.start[rule])
+                    continue
+                first = self._first_of(a.start[rule])
+                predicted = self._predicts(rule)
+                if first is None or first & need_all or predicted is None:
+                    got = NOT_SIMPLE
+                    break
+                other |= predicted
+            if got is NOT_SIMPLE:
+                break
+        if got is None:
+            got = NOT_SIMPLE if tail_called & other else tuple(sorted(out))
+        self._closed[key] = got
+        return got
+
+    # -- the search ---------------------------------------------------------------------------
+    def depth(self, d: int, k: int, limit: int, classes: list, u2s: list, boundary, need_all: int) -> int | None:
+        """The depth of slice ``k`` from the opaque node of ``d`` (at most ``limit``), or None where
+        the search meets a set that calls otherwise (parser states are needed). ``classes[u]`` /
+        ``u2s[u]``: the slice's (class, next UTF-8 state) pairs per UTF-8 state; ``need_all``: every
+        class of the slice, as bits. Breadth first, as ``SliceDepth.depth``."""
+        first = self._close((d,), need_all)
+        if first is NOT_SIMPLE:
+            return None
+        key = (first, k)
+        if key in self._depth:
+            return self._depth[key]
+        best = limit
+        level = [(first, 0)]
+        seen = {(first, 0)}
+        j = 0
+        while level and j < best:
+            nxt = []
+            for q, u in level:
+                succ = self._successors(q, u, k, classes, u2s, boundary, need_all)
+                if succ is NOT_SIMPLE:
+                    self._depth[key] = None
+                    return None
+                if succ is None:
+                    best = j
+                    break
+                for t in succ:
+                    if t not in seen:
+                        seen.add(t)
+                        known = self._depth.get((t[0], k)) if t[1] == 0 else None
+                        if known is not None:
+                            best = min(best, j + 1 + known)
+                        else:
+                            nxt.append(t)
+            level = nxt
+            j += 1
+        self._depth[key] = best
+        return best
+
+    def _successors(self, q: tuple, u: int, k: int, classes: list, u2s: list, boundary, need_all: int):
+        """(position set, UTF-8 state) pairs after one more character of the slice from the set
+        ``q`` in UTF-8 state ``u`` (or the rest of the character ``u`` is inside); None where some
+        character kills every item; ``NOT_SIMPLE`` where a set met calls otherwise."""
+        at = (q, u, k)
+        if at in self._succ:
+            return self._succ[at]
+        byte_next = self.a.byte_next
+        pick = self._picks.get(id(classes[u]))
+        if pick is None:
+            cl = classes[u]
+            pick = self._picks[id(classes[u])] = (classes[u], itemgetter(*cl) if len(cl) > 1 else (lambda r: (r[cl[0]],)))
+        cols = [pick[1](byte_next[x]) for x in q]
+        # classes that move every item alike make one successor: each distinct column once
+        keys = set(zip(zip(*cols), u2s[u])) if len(cols) > 1 else set(zip(cols[0], u2s[u]))
+        out: set = set()
+        result = None
+        for col, u2 in keys:
+            nxt = tuple(sorted({t for t in col if t >= 0})) if len(cols) > 1 else ((col,) if col >= 0 else ())
+            if not nxt:
+                break
+            t = self._close(nxt, need_all)
+            if t is NOT_SIMPLE:
+                result = NOT_SIMPLE
+                break
+            if boundary[u2]:
+                out.add((t, u2))
+            else:
+                rest = self._successors(t, u2, k, classes, u2s, boundary, need_all)
+                if rest is None or rest is NOT_SIMPLE:
+                    result = rest
+                    break
+                out.update(rest)
+        else:
+            result = tuple(out)
+        self._succ[at] = result
+        return result
