@@ -32,9 +32,10 @@ NOT_SIMPLE = False
 class PositionDepth:
     """Depths of slices over sets of positions with the OPAQUE context (memoised per set)."""
 
-    def __init__(self, space: "StateSpace") -> None:
+    def __init__(self, space: "StateSpace", read_bits) -> None:
         self.space = space
         self.a = space.a
+        self._read_bits = read_bits               # position -> the classes it reads, as bits
         self._first: dict[int, int] = {}          # position -> classes its prediction closure reads (bits)
         self._first_open: set[int] = set()
         self._predicted: dict[int, frozenset | None] = {}   # rule -> rules its start's closure predicts
@@ -64,7 +65,7 @@ class PositionDepth:
         self._first_open.add(x)
         try:
             a = self.a
-            bits = sum(1 << c for c, t in enumerate(a.byte_next[x]) if t >= 0)
+            bits = self._read_bits(x)
             for rule, after in a.calls[x]:
                 sub = self._first_of(a.start[rule])
                 if sub is None:
@@ -133,9 +134,12 @@ class PositionDepth:
                     tail_called.add(rule)
                     stack.append(a.start[rule])
                     continue
+                if self._read_bits(a.start[rule]) & need_all:     # (most calls: their start reads it)
+                    got = NOT_SIMPLE
+                    break
                 first = self._first_of(a.start[rule])
-                predicted = self._predicts(rule)
-                if first is None or first & need_all or predicted is None:
+                predicted = self._predicts(rule) if first is not None and not first & need_all else None
+                if predicted is None:
                     got = NOT_SIMPLE
                     break
                 other |= predicted
@@ -147,11 +151,12 @@ class PositionDepth:
         return got
 
     # -- the search ---------------------------------------------------------------------------
-    def depth(self, d: int, k: int, limit: int, classes: list, u2s: list, boundary, need_all: int) -> int | None:
+    def depth(self, d: int, k: int, limit: int, classes: list, u2s: list, boundary, need: list,
+              need_all: int) -> int | None:
         """The depth of slice ``k`` from the opaque node of ``d`` (at most ``limit``), or None where
         the search meets a set that calls otherwise (parser states are needed). ``classes[u]`` /
-        ``u2s[u]``: the slice's (class, next UTF-8 state) pairs per UTF-8 state; ``need_all``: every
-        class of the slice, as bits. Breadth first, as ``SliceDepth.depth``."""
+        ``u2s[u]``: the slice's (class, next UTF-8 state) pairs per UTF-8 state; ``need[u]``: their
+        classes, as bits; ``need_all``: every class of the slice. Breadth first, as ``SliceDepth.depth``."""
         first = self._close((d,), need_all)
         if first is NOT_SIMPLE:
             return None
@@ -165,7 +170,7 @@ class PositionDepth:
         while level and j < best:
             nxt = []
             for q, u in level:
-                succ = self._successors(q, u, k, classes, u2s, boundary, need_all)
+                succ = self._successors(q, u, k, classes, u2s, boundary, need, need_all)
                 if succ is NOT_SIMPLE:
                     self._depth[key] = None
                     return None
@@ -185,13 +190,19 @@ class PositionDepth:
         self._depth[key] = best
         return best
 
-    def _successors(self, q: tuple, u: int, k: int, classes: list, u2s: list, boundary, need_all: int):
+    def _successors(self, q: tuple, u: int, k: int, classes: list, u2s: list, boundary, need: list, need_all: int):
         """(position set, UTF-8 state) pairs after one more character of the slice from the set
         ``q`` in UTF-8 state ``u`` (or the rest of the character ``u`` is inside); None where some
         character kills every item; ``NOT_SIMPLE`` where a set met calls otherwise."""
         at = (q, u, k)
         if at in self._succ:
             return self._succ[at]
+        have = 0
+        for x in q:
+            have |= self._read_bits(x)
+        if need[u] & ~have:                    # a class of the slice no item reads: dead at once
+            self._succ[at] = None
+            return None
         byte_next = self.a.byte_next
         pick = self._picks.get(id(classes[u]))
         if pick is None:
@@ -213,7 +224,7 @@ class PositionDepth:
             if boundary[u2]:
                 out.add((t, u2))
             else:
-                rest = self._successors(t, u2, k, classes, u2s, boundary, need_all)
+                rest = self._successors(t, u2, k, classes, u2s, boundary, need, need_all)
                 if rest is None or rest is NOT_SIMPLE:
                     result = rest
                     break

@@ -52,7 +52,7 @@ class SliceDepth:
         self._pick: list = [None] * len(SLICES)
         self._need_all: list = [0] * len(SLICES)           # per slice: all its classes, as bits
         self._boundary: list = [None] * len(SLICES)
-        self._positions = PositionDepth(space)
+        self._positions = PositionDepth(space, self._read_bits)
         self._need: list = [None] * len(SLICES)           # per slice and UTF-8 state: its classes, as bits
         self._reads: dict[int, int] = {}                  # position -> the classes it reads, as bits
         self._read_rows: np.ndarray | None = None
@@ -121,7 +121,8 @@ class SliceDepth:
         best = min(self.slices.max_len[k], MAX_DEPTH)
         d = self._positions.own_position(start) if self.by_positions else None
         if d is not None:              # over positions where its calls read none of the slice
-            got = self._positions.depth(d, k, best, self._cls[k], self._u2s[k], self._boundary[k], self._need_all[k])
+            got = self._positions.depth(d, k, best, self._cls[k], self._u2s[k], self._boundary[k], self._need[k],
+                                        self._need_all[k])
             if got is not None:
                 memo[start.id] = got
                 return got
