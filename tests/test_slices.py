@@ -227,7 +227,8 @@ def test_depths_over_positions_equal_depths_over_parser_states():
     with key complements and counted strings and of code grammars, for every slice."""
     vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-gpt-2.gguf"))
     schema = dict(SCHEMA, additionalProperties=True,
-                  properties=dict(SCHEMA["properties"], **{k: {"type": "integer"} for k in ("ids", "idx", "codes", "free2")}))
+                  properties=dict(SCHEMA["properties"], long={"type": "string", "minLength": 3, "maxLength": 300},
+                                  **{k: {"type": "integer"} for k in ("ids", "idx", "codes", "free2")}))
     grammars = [Grammar.from_json_schema(schema)] + [Grammar.from_gbnf(t) for t in GBNF.values()]
     c_gbnf = shared_path("grammars", "c.gbnf")
     grammars.append(Grammar.from_gbnf(c_gbnf.read_text()))

@@ -26,7 +26,17 @@ if TYPE_CHECKING:
     from halter.grammar.parser_state import Node, StateSpace
 
 NOT_SIMPLE = False
-"""``successors`` where a position calls a rule that may read a byte of the slice."""
+"""What ``_close`` and ``_successors`` give where the search must run over parser states instead."""
+
+MAX_RETURNS = 6
+"""Nested calls an item may be inside (recursion past it: parser states)."""
+
+ANY = -1
+"""``_first_of`` where a cycle of predictions is met: every class (as bits, ``-1 & x == x``)."""
+
+MAX_ITEMS = 8
+"""Items a set may hold: past it (a long string's counted chunks nest several rules, each with
+alternatives) stepping sets costs more than parser states, which merge contexts."""
 
 
 class PositionDepth:
@@ -38,8 +48,7 @@ class PositionDepth:
         self._read_bits = read_bits               # position -> the classes it reads, as bits
         self._first: dict[int, int] = {}          # position -> classes its prediction closure reads (bits)
         self._first_open: set[int] = set()
-        self._predicted: dict[int, frozenset | None] = {}   # rule -> rules its start's closure predicts
-        self._closed: dict[tuple[int, int], tuple | bool] = {}   # (positions, slice) -> closed set
+        self._closed: dict[tuple, tuple | bool] = {}   # (items, slice classes) -> their closure
         self._depth: dict[tuple, int | None] = {}
         self._succ: dict[tuple, tuple | bool | None] = {}
         self._picks: dict[int, tuple] = {}        # a class list's id -> (the list, its itemgetter)
@@ -53,100 +62,76 @@ class PositionDepth:
         return None
 
     # -- what calls may read ------------------------------------------------------------------
-    def _first_of(self, x: int) -> int | None:
+    def _first_of(self, x: int) -> int:
         """Classes read by the items the prediction closure of position ``x`` holds (``x``'s own
-        reads, its callees' starts and theirs, the positions after nullable callees); None where
-        a cycle of predictions is met (treated as reading anything)."""
+        reads, its callees' starts and theirs, the positions after nullable callees), as bits;
+        ``ANY`` (every bit) where a cycle of predictions is met. Memoised, cycles included: an
+        answer is never smaller than the truth."""
         got = self._first.get(x)
         if got is not None:
             return got
         if x in self._first_open:
-            return None
+            return ANY
         self._first_open.add(x)
         try:
             a = self.a
             bits = self._read_bits(x)
             for rule, after in a.calls[x]:
-                sub = self._first_of(a.start[rule])
-                if sub is None:
-                    return None
-                bits |= sub
+                bits |= self._first_of(a.start[rule])
                 if a.nullable[rule]:
-                    sub = self._first_of(after)
-                    if sub is None:
-                        return None
-                    bits |= sub
+                    bits |= self._first_of(after)
+                if bits == ANY:
+                    break
         finally:
             self._first_open.discard(x)
         self._first[x] = bits
         return bits
 
-    def _predicts(self, rule: int) -> frozenset | None:
-        """Every rule the closure of ``rule``'s start predicts (itself included); None if that
-        needs more than a few hundred steps."""
-        if rule in self._predicted:
-            return self._predicted[rule]
-        a = self.a
-        seen, todo = {rule}, [a.start[rule]]
-        visited: set[int] = set()
-        while todo:
-            x = todo.pop()
-            if x in visited:
-                continue
-            visited.add(x)
-            if len(visited) > 512:
-                self._predicted[rule] = None
-                return None
-            for r, after in a.calls[x]:
-                if r not in seen:
-                    seen.add(r)
-                    todo.append(a.start[r])
-                if a.nullable[r]:
-                    todo.append(after)
-        got = self._predicted[rule] = frozenset(seen)
-        return got
+    def _close(self, items: tuple, need_all: int) -> tuple | bool:
+        """The items (sorted ``(position, returns)`` pairs) of the closure of ``items``, or
+        ``NOT_SIMPLE`` where the returns would grow past ``MAX_RETURNS`` (recursion) or the items
+        past ``MAX_ITEMS``.
 
-    def _close(self, positions: tuple, need_all: int) -> tuple | bool:
-        """The positions (sorted) whose items the closure of ``positions`` (each with the OPAQUE
-        context) holds that may read the slice, or ``NOT_SIMPLE`` where a call is neither
-        tail-called nor unable to read the slice, a callee is nullable, or a tail-called rule is
-        also predicted under another caller (its context would not be OPAQUE alone)."""
-        key = (positions, need_all)
+        ``returns`` is the stack of positions the item's rule returns to, innermost last (``()``: the
+        unknown caller). A call predicts the callee's start returning to the position after it (a
+        tail call: to where the caller returns); a callee that can read no byte of the slice first
+        is left out (its items die on the first character), and a nullable one also completes at
+        once. An item where its rule may end completes into what its returns say (with none left,
+        the unknown caller's rule has ended: the item stays, the escape that keeps the parse alive
+        at that point)."""
+        key = (items, need_all)
         got = self._closed.get(key)
         if got is not None:
             return got
         a, tail = self.a, self.space.tail_returns
-        out: set[int] = set()
-        stack = list(positions)
-        tail_called: set[int] = set()
-        other: set[int] = set()
+        out: set = set()
+        todo = list(items)
         got = None
-        while stack:
-            x = stack.pop()
-            if x in out:
+        while todo:
+            it = todo.pop()
+            if it in out:
                 continue
-            out.add(x)
+            out.add(it)
+            x, st = it
+            if a.accepting[x] and st:
+                todo.append((st[-1], st[:-1]))
             for rule, after in a.calls[x]:
                 if a.nullable[rule]:
-                    got = NOT_SIMPLE
-                    break
+                    todo.append((after, st))
+                start = a.start[rule]
                 if tail[after]:
-                    tail_called.add(rule)
-                    stack.append(a.start[rule])
+                    todo.append((start, st))
                     continue
-                if self._read_bits(a.start[rule]) & need_all:     # (most calls: their start reads it)
+                if not self._first_of(start) & need_all:
+                    continue
+                if len(st) >= MAX_RETURNS:
                     got = NOT_SIMPLE
                     break
-                first = self._first_of(a.start[rule])
-                predicted = self._predicts(rule) if first is not None and not first & need_all else None
-                if predicted is None:
-                    got = NOT_SIMPLE
-                    break
-                other |= predicted
+                todo.append((start, st + (after,)))
             if got is NOT_SIMPLE:
                 break
         if got is None:
-            got = NOT_SIMPLE if tail_called & other else tuple(sorted(out))
+            got = tuple(sorted(out)) if len(out) <= MAX_ITEMS else NOT_SIMPLE
         self._closed[key] = got
         return got
 
@@ -157,7 +142,7 @@ class PositionDepth:
         the search meets a set that calls otherwise (parser states are needed). ``classes[u]`` /
         ``u2s[u]``: the slice's (class, next UTF-8 state) pairs per UTF-8 state; ``need[u]``: their
         classes, as bits; ``need_all``: every class of the slice. Breadth first, as ``SliceDepth.depth``."""
-        first = self._close((d,), need_all)
+        first = self._close(((d, ()),), need_all)
         if first is NOT_SIMPLE:
             return None
         key = (first, k)
@@ -198,7 +183,7 @@ class PositionDepth:
         if at in self._succ:
             return self._succ[at]
         have = 0
-        for x in q:
+        for x, _ in q:
             have |= self._read_bits(x)
         if need[u] & ~have:                    # a class of the slice no item reads: dead at once
             self._succ[at] = None
@@ -208,13 +193,13 @@ class PositionDepth:
         if pick is None:
             cl = classes[u]
             pick = self._picks[id(classes[u])] = (classes[u], itemgetter(*cl) if len(cl) > 1 else (lambda r: (r[cl[0]],)))
-        cols = [pick[1](byte_next[x]) for x in q]
+        cols = [pick[1](byte_next[x]) for x, _ in q]
         # classes that move every item alike make one successor: each distinct column once
-        keys = set(zip(zip(*cols), u2s[u])) if len(cols) > 1 else set(zip(cols[0], u2s[u]))
+        keys = set(zip(zip(*cols), u2s[u])) if len(cols) > 1 else set(zip(((c,) for c in cols[0]), u2s[u]))
         out: set = set()
         result = None
         for col, u2 in keys:
-            nxt = tuple(sorted({t for t in col if t >= 0})) if len(cols) > 1 else ((col,) if col >= 0 else ())
+            nxt = tuple(sorted({(t, st) for t, (_, st) in zip(col, q) if t >= 0}))
             if not nxt:
                 break
             t = self._close(nxt, need_all)
