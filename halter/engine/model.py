@@ -26,7 +26,7 @@ from halter.engine.qlinear import QEmbedding, QLinear
 from halter.engine.quant_tensor import QuantTensor, release_pages
 from halter.engine.rope import Rope, rope_for
 from halter.engine.static_decode import StaticDecoder, resolve_mode
-from halter.engine.transformer import Transformer
+from halter.engine.transformer import Linear, Transformer
 from halter.errors import ModelLoadError
 
 if TYPE_CHECKING:
@@ -113,6 +113,24 @@ def _state_dict(c: ModelConfig, t: dict[str, Any]) -> dict[str, Any]:
         for ours, theirs in names:
             sd[p + ours + ".weight"] = t[b + theirs + ".weight"]
     return sd
+
+
+def _fuse_dense_gate_up(net: Transformer, rest: dict[str, Any]) -> None:
+    """Float gate and up matrices as one ``w13`` product (one kernel reading both, on CUDA).
+
+    Only on CUDA: on the CPU the concatenation would copy matrices that may still be pages of the
+    memory-mapped file.
+    """
+    for i, layer in enumerate(net.layers):
+        k1, k3 = f"layers.{i}.feed_forward.w1.weight", f"layers.{i}.feed_forward.w3.weight"
+        w1, w3 = rest.get(k1), rest.get(k3)
+        if not (isinstance(w1, torch.Tensor) and isinstance(w3, torch.Tensor)) or w1.dtype != w3.dtype:
+            continue
+        ff = layer.feed_forward
+        with torch.device("meta"):
+            ff.w13 = Linear(w1.shape[1], w1.shape[0] + w3.shape[0], bias=False)
+        ff.w1 = ff.w3 = None
+        rest[f"layers.{i}.feed_forward.w13.weight"] = torch.cat([rest.pop(k1), rest.pop(k3)])
 
 
 @contextlib.contextmanager
@@ -257,6 +275,8 @@ class Model:
             net = Transformer(config)
         try:
             rest = _install_quantized(net, _state_dict(config, tensors), dt, dev)
+            if dev.type == "cuda":
+                _fuse_dense_gate_up(net, rest)
             net.load_state_dict(rest, assign=True, strict=True)
         except RuntimeError as exc:
             raise ModelLoadError(f"tensors do not fit the model ({exc})", path=path) from exc
