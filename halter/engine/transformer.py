@@ -35,6 +35,8 @@ class RMSNorm(nn.Module):
             # one operator: on CUDA a fused kernel (in place of about eight); for bf16/f16 it
             # reduces and scales in float32, as below
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        if self.weight.dtype == torch.float32:  # a bf16 product's result in a float32 model
+            return F.rms_norm(x.float(), self.weight.shape, self.weight, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (xf * self.weight.float()).to(x.dtype)
@@ -76,6 +78,8 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, D = self.n_head, self.n_head_kv, self.head_dim
         qkv = self.wqkv(x)
+        if qkv.dtype != x.dtype:         # a quantized product's bf16 result: attention in x's dtype
+            qkv = qkv.to(x.dtype)
         v = qkv[..., (H + Hkv) * D:].view(B, T, Hkv, D)
         if self.q_norm is None:          # queries and keys rotated together, as one [B, T, H + Hkv, D]
             qk = rope.rotate(qkv[..., :(H + Hkv) * D].view(B, T, H + Hkv, D), cos, sin)
@@ -196,20 +200,28 @@ class Transformer(nn.Module):
 
         ``pos [B, T]`` are the new tokens' positions, ``cached_pos [B, L]`` those of the cells
         attended over (-1 when empty). cos/sin are ``Rope.tables`` ``[B, T, 1, head_dim]``; masks
-        are ``[B, 1, T, L]``; a sliding layer also hides keys ``sliding_window`` or more positions
+        are ``[B, 1, T, L]`` (``_mask``); a sliding layer also hides keys ``sliding_window`` or more positions
         back, as llama.cpp and transformers do.
         """
         causal = (cached_pos[:, None, :] <= pos[:, :, None]) & (cached_pos[:, None, :] >= 0)
         D = self.config.head_dim
         cos, sin = rope.tables(pos, D)
-        out = {False: (cos.unsqueeze(2), sin.unsqueeze(2), rope, causal.unsqueeze(1))}
+        out = {False: (cos.unsqueeze(2), sin.unsqueeze(2), rope, self._mask(causal.unsqueeze(1)))}
         window = self.config.sliding_window
         if window:
             local = self.rope_swa or rope
             cos_l, sin_l = (cos, sin) if local is rope else local.tables(pos, D)
             near = causal & (pos[:, :, None] - cached_pos[:, None, :] < window)
-            out[True] = (cos_l.unsqueeze(2), sin_l.unsqueeze(2), local, near.unsqueeze(1))
+            out[True] = (cos_l.unsqueeze(2), sin_l.unsqueeze(2), local, self._mask(near.unsqueeze(1)))
         return out
+
+    def _mask(self, keep: torch.Tensor) -> torch.Tensor:
+        """The attention mask as the layers take it: on the CPU additive (0 / -inf, in the model's
+        dtype), which ``scaled_dot_product_attention`` would otherwise rebuild from the booleans in
+        every layer (six operators each); elsewhere, and for soft-capped attention, the booleans."""
+        if keep.device.type != "cpu" or self.config.attn_softcap:
+            return keep
+        return torch.zeros(keep.shape, dtype=self.norm.weight.dtype).masked_fill_(~keep, float("-inf"))
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor,
                 cells: torch.Tensor | slice, cache: KVCache, rope: Rope, n_attend: int,
