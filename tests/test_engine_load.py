@@ -220,3 +220,11 @@ def test_dense_gate_and_up_fused_into_one_product_give_the_same_logits(tiny_gguf
     ff = m.net.layers[0].feed_forward
     assert ff.w1 is None and ff.w3 is None and ff.w13.weight.shape[0] == 2 * m.config.n_ff
     assert torch.allclose(m.logits(ids), before, atol=1e-5, rtol=1e-5)
+
+
+def test_one_row_kernel_tuning_leaves_a_cpu_model_on_its_own_products(tiny_gguf_dir: str) -> None:
+    from halter.engine import gemv
+    m = Model.load(tiny_path(tiny_gguf_dir, "llama", "F16"), device="cpu", dtype="bf16", progress=False)
+    assert not gemv.available(m.device)
+    assert gemv.tune(m.net) == {}
+    assert all(getattr(mod, "one_row_config", None) is None for mod in m.net.modules())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import statistics
+import warnings
 from typing import Any, Callable, Iterator
 
 import torch
@@ -176,7 +177,12 @@ def tune(net: nn.Module) -> dict[tuple[int, int], tuple[int, int, int, int] | No
             continue
         key = (int(w.shape[0]), int(w.shape[1]))
         if key not in chosen:
-            chosen[key] = tune_shape(*key, w.dtype, w.device)[0]
+            try:
+                chosen[key] = tune_shape(*key, w.dtype, w.device)[0]
+            except Exception as exc:  # noqa: BLE001 - tuning never stops a decode: cuBLAS it is
+                warnings.warn(f"timing the one-row kernel on a {list(key)} matrix failed ({type(exc).__name__}: "
+                              f"{exc}); that shape keeps cuBLAS", RuntimeWarning, stacklevel=2)
+                chosen[key] = None
         m.one_row_config = chosen[key]
     net._one_row_configs = chosen
     return chosen
