@@ -210,12 +210,12 @@ def test_packing_on_several_threads_gives_the_same_model(tiny_gguf_dir: str, dty
 
 def test_dense_gate_and_up_fused_into_one_product_give_the_same_logits(tiny_gguf_dir: str) -> None:
     # what the CUDA load does with float gate/up matrices, checked here on the CPU
-    from halter.engine.model import _fuse_dense_gate_up
+    from halter.engine.weights import fuse_dense_gate_up
     m = Model.load(tiny_path(tiny_gguf_dir, "llama", "F16"), device="cpu", progress=False)
     ids = list(range(5, 45))
     before = m.logits(ids)
     sd = m.net.state_dict()
-    _fuse_dense_gate_up(m.net, sd)
+    fuse_dense_gate_up(m.net, sd)
     m.net.load_state_dict(sd, assign=True, strict=True)
     ff = m.net.layers[0].feed_forward
     assert ff.w1 is None and ff.w3 is None and ff.w13.weight.shape[0] == 2 * m.config.n_ff
