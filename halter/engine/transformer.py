@@ -216,12 +216,14 @@ class Transformer(nn.Module):
         return out
 
     def _mask(self, keep: torch.Tensor) -> torch.Tensor:
-        """The attention mask as the layers take it: on the CPU additive (0 / -inf, in the model's
-        dtype), which ``scaled_dot_product_attention`` would otherwise rebuild from the booleans in
-        every layer (six operators each); elsewhere, and for soft-capped attention, the booleans."""
-        if keep.device.type != "cpu" or self.config.attn_softcap:
+        """The attention mask as the layers take it: additive (0 / -inf, in the model's dtype),
+        which ``scaled_dot_product_attention`` would otherwise rebuild from the booleans in every
+        layer (six operators on the CPU, two or three kernels on CUDA); the booleans for
+        soft-capped attention, which masks its scores itself."""
+        if self.config.attn_softcap:
             return keep
-        return torch.zeros(keep.shape, dtype=self.norm.weight.dtype).masked_fill_(~keep, float("-inf"))
+        return torch.zeros(keep.shape, dtype=self.norm.weight.dtype, device=keep.device) \
+            .masked_fill_(~keep, float("-inf"))
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor,
                 cells: torch.Tensor | slice, cache: KVCache, rope: Rope, n_attend: int,
