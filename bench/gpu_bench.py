@@ -192,20 +192,22 @@ def schema_table(model: Model, args: argparse.Namespace, out) -> None:
         return halter.generate(model, "Data:", json_schema=schema, max_tokens=n, temperature=0.8, seed=1).timings
     plain(), constrained()                                 # warm-up, grammar compile
     res: dict[str, list[float]] = {"unconstrained": [], "json schema": []}
+    n_gen: dict[str, int] = {}
     mask_share: list[float] = []
     for _ in range(args.repeats):
         for name, fn in (("unconstrained", plain), ("json schema", constrained)):
             sync()
             tm = fn()
             res[name].append(tm.decode_tps)
+            n_gen[name] = tm.generated_tokens
             if name == "json schema":
                 mask_share.append(tm.mask_ms / tm.decode_ms if tm.decode_ms else 0.0)
     base = statistics.median(res["unconstrained"])
     out(f"\n## schema-constrained vs unconstrained decode (batch 1, {model.decode_mode}, up to {n} tokens)")
-    out("| run | tok/s | vs unconstrained |")
-    out("|---|---:|---:|")
+    out("| run | tokens | tok/s | vs unconstrained |")
+    out("|---|---:|---:|---:|")
     for name, v in res.items():
-        out(f"| {name} | {statistics.median(v):.0f} | {statistics.median(v) / base:.3f} |")
+        out(f"| {name} | {n_gen[name]} | {statistics.median(v):.0f} | {statistics.median(v) / base:.3f} |")
     out(f"grammar work (masks, checks, accepts) in the constrained decode: {statistics.median(mask_share):.1%}")
     if model.device.type == "cuda":                  # where the difference goes: kernels or the host
         from torch.profiler import ProfilerActivity, profile
