@@ -12,7 +12,8 @@ loads it in bf16 on CUDA, and prints markdown tables:
 4. where a batch-1 step's time goes (torch profiler: kernels per step, kernel time);
 5. with ``--quant TYPE``: the same model quantized (weights kept quantized on the GPU: tinygemm
    int4 terms, or dequantized just in time per matrix): GPU memory and decode speed against bf16;
-6. with ``--compile``: the batch-1 step compiled by inductor and captured as a CUDA graph.
+6. with ``--compile``: the batch-1 step compiled by inductor and captured as a CUDA graph;
+7. one-row products per weight shape: ``F.linear`` (cuBLAS), ``torch.mv`` and ``halter.engine.gemv``'s kernel.
 
 Run by hand: python bench/gpu_bench.py [--decode 64] [--repeats 3] [--out FILE]
 """
@@ -191,21 +192,58 @@ def schema_table(model: Model, args: argparse.Namespace, out) -> None:
         return halter.generate(model, "Data:", json_schema=schema, max_tokens=n, temperature=0.8, seed=1).timings
     plain(), constrained()                                 # warm-up, grammar compile
     res: dict[str, list[float]] = {"unconstrained": [], "json schema": []}
+    n_gen: dict[str, int] = {}
     mask_share: list[float] = []
     for _ in range(args.repeats):
         for name, fn in (("unconstrained", plain), ("json schema", constrained)):
             sync()
             tm = fn()
             res[name].append(tm.decode_tps)
+            n_gen[name] = tm.generated_tokens
             if name == "json schema":
                 mask_share.append(tm.mask_ms / tm.decode_ms if tm.decode_ms else 0.0)
     base = statistics.median(res["unconstrained"])
     out(f"\n## schema-constrained vs unconstrained decode (batch 1, {model.decode_mode}, up to {n} tokens)")
-    out("| run | tok/s | vs unconstrained |")
-    out("|---|---:|---:|")
+    out("| run | tokens | tok/s | vs unconstrained |")
+    out("|---|---:|---:|---:|")
     for name, v in res.items():
-        out(f"| {name} | {statistics.median(v):.0f} | {statistics.median(v) / base:.3f} |")
+        out(f"| {name} | {n_gen[name]} | {statistics.median(v):.0f} | {statistics.median(v) / base:.3f} |")
     out(f"grammar work (masks, checks, accepts) in the constrained decode: {statistics.median(mask_share):.1%}")
+    if model.device.type == "cuda":                  # where the difference goes: kernels or the host
+        from torch.profiler import ProfilerActivity, profile
+        for name, fn in (("unconstrained", plain), ("json schema", constrained)):
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                tm = fn()
+                sync()
+            kern = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            n_tok = max(1, tm.generated_tokens)
+            busy = sum(e.time_range.elapsed_us() for e in kern)
+            out(f"profiled {name}: {len(kern) / n_tok:.0f} kernels per token, {busy / n_tok / 1e3:.3f} ms "
+                f"of kernel time per token, {tm.decode_ms / n_tok:.3f} ms per token (profiled)")
+
+
+def products_table(model: Model, out) -> None:
+    """One-row bf16 products per weight shape of the model, 20 or more calls in a CUDA graph on
+    copies of the matrix that do not fit the L2 cache together (kernel time only): ``F.linear`` (cuBLAS), ``torch.mv``, and ``halter.engine.gemv``'s Triton
+    kernel at its best tile config (what ``gemv.tune`` picks for the CUDA-graph step)."""
+    from halter.engine import gemv
+    shapes = sorted({tuple(m.weight.shape) for m in model.net.modules()
+                     if isinstance(m, torch.nn.Linear) and m.weight.dim() == 2})
+    out("\n## one-row products per weight shape (bf16, calls captured in a CUDA graph, matrices read from memory)")
+    out("| weight [N, K] | F.linear µs / GB/s | torch.mv µs / GB/s | Triton kernel µs / GB/s (config) | picked |")
+    out("|---|---:|---:|---:|---|")
+    for n, k in shapes:
+        best, times = gemv.tune_shape(n, k, torch.bfloat16, model.device)
+        ws = gemv.cold_copies(n, k, torch.bfloat16, model.device)
+        x = torch.randn(k, device=model.device, dtype=torch.bfloat16)
+        t_mv = gemv._graph_time([lambda w=w: torch.mv(w, x) for w in ws])
+        kern = {c: t for c, t in times.items() if c != "linear"}
+        fast = min(kern, key=kern.get) if kern else None
+
+        def cell(t: float) -> str:
+            return f"{t * 1e6:.1f} / {n * k * 2 / t / 1e9:.0f}"
+        out(f"| [{n}, {k}] | {cell(times['linear'])} | {cell(t_mv)} | "
+            f"{cell(kern[fast]) + ' ' + fast if fast else 'failed'} | {'Triton' if best else 'F.linear'} |")
 
 
 def sampling_table(model: Model, out) -> None:
@@ -275,6 +313,8 @@ def main() -> None:
         section(schema_table, model, args, out)
         section(sampling_table, model, out)
         section(profile_table, model, args, out)
+        if device == "cuda":
+            section(products_table, model, out)
         if args.quant and args.model is None:
             t = time.perf_counter()
             qpath = build_tiny_gguf(os.path.join(tmp, "llama-1b-q.gguf"), dtype=args.quant, seed=2, **size)

@@ -4,8 +4,9 @@
 #   2. bench/gpu_bench.py on a random ~1B llama in bf16: decode at batch 1 and 16 in the eager,
 #      static and CUDA-graph modes with the fraction of the memory-bandwidth bound, schema-
 #      constrained vs unconstrained decode, device vs host sampling agreement, and a Q4_K copy of the
-#      model (weights kept quantized on the GPU) against bf16, a profile of the batch-1 step, and the
-#      step compiled by inductor and captured.
+#      model (weights kept quantized on the GPU) against bf16, a profile of the batch-1 step, the
+#      one-row products per weight shape (cuBLAS, torch.mv, halter's Triton kernel), and the step
+#      compiled by inductor and captured.
 # Prepared beforehand with bench/gpu_prepare.sh (wheels in .whl/, carried along).
 # Results go to $OUT (or ./gpu_check_out) as gpu_check.md and pytest.log.
 set -uo pipefail

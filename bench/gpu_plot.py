@@ -69,7 +69,7 @@ def main(src: str, png: str) -> None:
     a.set_title(f"random ~1B llama, bf16, {gpu}\n(labels: fraction of the bound)", fontsize=9)
     a.legend(fontsize=7)
 
-    ratios = [("json schema / unconstrained", number(schema[-1][2]), 0.97)]
+    ratios = [("json schema / unconstrained", number(schema[-1][-1]), 0.97)]
     r16 = [r for r in decode if r[0] == "16" and r[1] == "cuda-graph"]
     if r16:
         ratios.append(("batch 16 / batch 1 (cuda-graph)", float(re.search(r"\(([\d.]+)x", r16[0][2]).group(1)), 8.0))

@@ -92,3 +92,53 @@ def test_every_quantized_type_multiplies_on_cuda_with_its_default_kernel(name: s
     ref = x @ q.dequantize().T
     rel = ((lin(x.to(dev)).float().cpu() - ref).norm() / ref.norm()).item()
     assert rel < 2e-2, rel
+
+
+def test_dense_bf16_model_on_cuda_fuses_gate_and_up_and_follows_the_cpu_reference(tmp_path) -> None:
+    path = build_tiny_gguf(os.path.join(tmp_path, "f16.gguf"), n_layer=2, n_embd=256, n_head=4, n_head_kv=2,
+                           n_ff=512, dtype="F16", seed=6)
+    ref = Model.load(path, device="cpu", progress=False)
+    gpu = Model.load(path, device="cuda", dtype="bf16", progress=False)
+    ff = gpu.net.layers[0].feed_forward
+    assert ff.w1 is None and ff.w13.weight.shape == (1024, 256)       # gate and up: one product
+    ids = np.random.default_rng(2).integers(0, ref.n_vocab, 40).tolist()
+    a, b = ref.logits(ids), gpu.logits(ids)
+    assert ((a - b).norm() / a.norm()).item() < 3e-2
+
+
+@pytest.mark.parametrize("shape", [(37, 100), (259, 2048), (3072, 2048), (2048, 8192)])
+def test_one_row_kernel_rounds_the_exact_product_once_for_every_config(shape) -> None:
+    from halter.engine import gemv
+    if not gemv.available(torch.device("cuda")):
+        pytest.skip("no Triton")
+    n, k = shape
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    x = torch.randn(1, 1, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16, generator=g)
+    exact = x.double() @ w.double().T + b.double()
+    # float32 sums rounded once to bfloat16 (bias included): within half a bf16 step of the exact
+    # value, give or take float32's own rounding
+    half_step = torch.exp2(torch.floor(torch.log2(exact.abs().clamp(min=1e-30))) - 8)
+    bound = half_step + 1e-5 * exact.abs().max()
+    for cfg in gemv.CONFIGS:
+        got = gemv.one_row(x, w, b, cfg)
+        assert got.shape == (1, 1, n) and got.dtype == torch.bfloat16
+        assert ((got.double() - exact).abs() <= bound).all(), cfg
+        assert ((gemv.one_row(x, w, None, cfg).double() - (exact - b.double())).abs()
+                <= torch.exp2(torch.floor(torch.log2((exact - b.double()).abs().clamp(min=1e-30))) - 8)
+                + 1e-5 * exact.abs().max()).all(), cfg
+
+
+def test_cuda_graph_step_with_tuned_one_row_products_follows_the_eager_step(tmp_path) -> None:
+    path = build_tiny_gguf(os.path.join(tmp_path, "f16.gguf"), n_layer=2, n_embd=512, n_head=8, n_head_kv=2,
+                           n_ff=1024, dtype="F16", seed=7)
+    eager = Model.load(path, device="cuda", dtype="bf16", decode="eager", progress=False)
+    graph = Model.load(path, device="cuda", dtype="bf16", decode="cuda-graph", progress=False)
+    prompt = list(range(3, 30))
+    eager.eval_prompt(prompt, 0)
+    graph.eval_prompt(prompt, 0)
+    a = eager.decode([[40]], [0]).float().cpu()
+    b = graph.decode([[40]], [0]).float().cpu()
+    assert getattr(graph.net, "_one_row_configs", None) is not None     # tuned before the capture
+    assert ((a - b).norm() / a.norm()).item() < 2e-2

@@ -206,3 +206,25 @@ def test_packing_on_several_threads_gives_the_same_model(tiny_gguf_dir: str, dty
             assert torch.equal(a[name], b[name]), name
     finally:
         torch.set_num_threads(before)
+
+
+def test_dense_gate_and_up_fused_into_one_product_give_the_same_logits(tiny_gguf_dir: str) -> None:
+    # what the CUDA load does with float gate/up matrices, checked here on the CPU
+    from halter.engine.weights import fuse_dense_gate_up
+    m = Model.load(tiny_path(tiny_gguf_dir, "llama", "F16"), device="cpu", progress=False)
+    ids = list(range(5, 45))
+    before = m.logits(ids)
+    sd = m.net.state_dict()
+    fuse_dense_gate_up(m.net, sd)
+    m.net.load_state_dict(sd, assign=True, strict=True)
+    ff = m.net.layers[0].feed_forward
+    assert ff.w1 is None and ff.w3 is None and ff.w13.weight.shape[0] == 2 * m.config.n_ff
+    assert torch.allclose(m.logits(ids), before, atol=1e-5, rtol=1e-5)
+
+
+def test_one_row_kernel_tuning_leaves_a_cpu_model_on_its_own_products(tiny_gguf_dir: str) -> None:
+    from halter.engine import gemv
+    m = Model.load(tiny_path(tiny_gguf_dir, "llama", "F16"), device="cpu", dtype="bf16", progress=False)
+    assert not gemv.available(m.device)
+    assert gemv.tune(m.net) == {}
+    assert all(getattr(mod, "one_row_config", None) is None for mod in m.net.modules())

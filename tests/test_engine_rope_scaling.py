@@ -197,3 +197,15 @@ def test_gemma3_yarn_is_refused_by_name(tmp_path) -> None:
     with pytest.raises(ModelLoadError, match="'yarn' with a magnitude factor") as e:
         Model.load(path, progress=False)
     assert e.value.field == "gemma3.rope.scaling.type"
+
+
+@pytest.mark.parametrize("kind", ["norm", "neox"])
+def test_rotating_bf16_values_rounds_the_float32_rotation_once(kind: str) -> None:
+    from halter.engine.rope import Rope
+    rope = Rope(64, 10000.0, kind, rope_dim=48)
+    x = torch.randn(2, 3, 5, 64).to(torch.bfloat16)
+    cos, sin = rope.tables(torch.arange(3).expand(2, 3), 64)
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    got = rope.rotate(x, cos, sin)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, rope.rotate(x.float(), cos, sin).to(torch.bfloat16))

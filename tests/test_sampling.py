@@ -416,3 +416,17 @@ def test_make_sampler_uses_llama_cpp_names_and_parameters():
         make_sampler("topk")
     with pytest.raises(TypeError, match="make_sampler\\('top_k'\\)"):
         make_sampler("top_k", kk=3)
+
+
+def test_peeked_doubles_come_again_and_leave_the_stream_unchanged() -> None:
+    a, b = Mt19937(1234), Mt19937(1234)
+    a.uniform_float()
+    b.uniform_float()
+    peeked = a.peek_doubles(2)
+    assert a.peek_doubles(1) == peeked[:1]
+    assert a.uniform_double() == peeked[0] == b.uniform_double()
+    c = a.copy()                       # a copy keeps the word still peeked ahead
+    assert [a.next_u32() for _ in range(5)] == [b.next_u32() for _ in range(5)] == [c.next_u32() for _ in range(5)]
+    a.peek_doubles(3)
+    a.reseed()
+    assert a.uniform_double() == Mt19937(1234).uniform_double()

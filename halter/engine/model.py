@@ -1,7 +1,7 @@
 """``Model``: a GGUF file loaded into the PyTorch transformer, with its KV cache and tokenizer.
 
-``Model.load`` picks the device and dtype, reads and dequantizes the file, fuses Q/K/V and
-allocates the cache; ``decode`` evaluates tokens appended to cached sequences (llama.cpp's
+``Model.load`` picks the device and dtype, reads the file, makes its tensors the transformer's
+parameters (``halter.engine.weights``) and allocates the cache; ``decode`` evaluates tokens appended to cached sequences (llama.cpp's
 ``llama_decode``); ``logits`` is the stateless convenience for a whole token list. One-token
 decode steps go through ``halter.engine.static_decode`` in the static modes (``set_decode``).
 This class only decodes: the generation loop is ``halter.engine.scheduler`` (driven by
@@ -10,23 +10,19 @@ This class only decodes: the generation loop is ``halter.engine.scheduler`` (dri
 """
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from halter.engine.config import ModelConfig
-from halter.engine.gguf_loader import Progress, check_scales, load_gguf
+from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
-from halter.engine.qlinear import QEmbedding, QLinear
-from halter.engine.quant_tensor import QuantTensor, release_pages
 from halter.engine.rope import Rope, rope_for
 from halter.engine.static_decode import StaticDecoder, resolve_mode
 from halter.engine.transformer import Transformer
+from halter.engine.weights import fuse_dense_gate_up, install_quantized, skip_init, state_dict, trim_heap
 from halter.errors import ModelLoadError
 
 if TYPE_CHECKING:
@@ -81,126 +77,6 @@ _DTYPES = {"f32": torch.float32, "float32": torch.float32, "f16": torch.float16,
            "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 
 
-def _fuse(parts: list[Any]) -> Any:
-    """Row-wise fusion: a tensor when all parts are tensors, else the list of ``QuantTensor`` parts."""
-    if all(isinstance(p, torch.Tensor) for p in parts):
-        return torch.cat(parts)
-    if all(isinstance(p, QuantTensor) for p in parts):
-        return list(parts)
-    dtype = next(p.dtype for p in parts if isinstance(p, torch.Tensor))
-    return torch.cat([p if isinstance(p, torch.Tensor) else p.dequantize(dtype).to(dtype) for p in parts])
-
-
-def _state_dict(c: ModelConfig, t: dict[str, Any]) -> dict[str, Any]:
-    """GGUF tensor names -> ``Transformer`` parameter names, fusing Q/K/V into ``wqkv``.
-
-    Quantized weights (``weights="packed"``) stay ``QuantTensor``s (a list of parts for ``wqkv``).
-    """
-    sd = {"tok_embeddings.weight": t["token_embd.weight"], "norm.weight": t["output_norm.weight"],
-          "output.weight": t.get("output.weight", t["token_embd.weight"])}
-    for i in range(c.n_layer):
-        b, p = f"blk.{i}.", f"layers.{i}."
-        sd[p + "attention.wqkv.weight"] = _fuse([t[b + f"attn_{x}.weight"] for x in "qkv"])
-        if c.attn_bias:
-            sd[p + "attention.wqkv.bias"] = torch.cat([t[b + f"attn_{x}.bias"] for x in "qkv"])
-        names = [("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
-                 ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
-                 ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")]
-        if c.qk_norm:
-            names += [("attention.q_norm", "attn_q_norm"), ("attention.k_norm", "attn_k_norm")]
-        if c.post_norms:
-            names += [("post_attention_norm", "post_attention_norm"), ("post_ffn_norm", "post_ffw_norm")]
-        for ours, theirs in names:
-            sd[p + ours + ".weight"] = t[b + theirs + ".weight"]
-    return sd
-
-
-@contextlib.contextmanager
-def _skip_init() -> Iterator[None]:
-    """No random initialisation while the module is built on ``meta`` (the file's tensors replace it).
-
-    On the meta device ``normal_`` runs through torch's Python references, which import the
-    compiler stack (sympy, dynamo: seconds) for values that are thrown away.
-    """
-    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_")
-    saved = {n: getattr(torch.nn.init, n) for n in names}
-    for n in names:
-        setattr(torch.nn.init, n, lambda t, *a, **k: t)
-    try:
-        yield
-    finally:
-        for n, f in saved.items():
-            setattr(torch.nn.init, n, f)
-
-
-def _install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
-                       device: torch.device) -> dict[str, Any]:
-    """Swap the linear layers and embeddings whose weights are quantized for ``QLinear``/``QEmbedding``.
-
-    Returns what is left of ``sd`` for ``load_state_dict``.
-    """
-    rest = dict(sd)
-    builds: list[tuple[torch.nn.Module, str, Callable[[], torch.nn.Module]]] = []   # (parent, attribute, build)
-    for i, layer in enumerate(net.layers):       # gate and up of one type: one product, one kernel call
-        w1, w3 = sd.get(f"layers.{i}.feed_forward.w1.weight"), sd.get(f"layers.{i}.feed_forward.w3.weight")
-        if isinstance(w1, QuantTensor) and isinstance(w3, QuantTensor) and w1.ggml_type == w3.ggml_type:
-            ff = layer.feed_forward
-            builds.append((ff, "w13", functools.partial(QLinear, [w1, w3], None, dtype=dtype, device=device)))
-            ff.w1 = ff.w3 = None
-            del rest[f"layers.{i}.feed_forward.w1.weight"], rest[f"layers.{i}.feed_forward.w3.weight"]
-    for key, value in sd.items():
-        if not (isinstance(value, QuantTensor) or isinstance(value, list)) or key not in rest:
-            continue
-        path = key[:-len(".weight")]
-        parent_path, _, attr = path.rpartition(".")
-        parent = net.get_submodule(parent_path) if parent_path else net
-        old = getattr(parent, attr)
-        del rest[key]
-        if isinstance(old, torch.nn.Embedding):
-            build: Callable[[], torch.nn.Module] = functools.partial(QEmbedding, value, dtype=dtype, device=device)
-        else:
-            bias = rest.pop(path + ".bias", None)
-            build = functools.partial(QLinear, value if isinstance(value, list) else [value], bias,
-                                      dtype=dtype, device=device)
-        builds.append((parent, attr, build))
-    for (parent, attr, _), module in zip(builds, _build_all([b[2] for b in builds], device)):
-        setattr(parent, attr, module)
-    for value in sd.values():        # file pages read while packing: only lookups come back
-        for q in value if isinstance(value, list) else [value]:
-            if isinstance(q, QuantTensor):
-                check_scales(q)      # those the int4 packing did not check (lookups, bf16, dequant)
-                release_pages(q)
-    return rest
-
-
-def _build_all(builds: list[Callable[[], torch.nn.Module]], device: torch.device) -> list[torch.nn.Module]:
-    """Run the layer builds (packing: byte shuffling in many small torch ops), one layer per thread.
-
-    On the CPU each build runs its ops on its own thread, torch's intra-op pool set to one thread
-    meanwhile: ops split across a thread pool wait at a barrier for every thread, and on a machine
-    whose cores are busy with other work each wait lasts a scheduler slice (loading took 2-5 s
-    instead of 0.3 s with two background jobs on two cores)."""
-    n = torch.get_num_threads()
-    if device.type != "cpu" or n <= 1 or len(builds) <= 1:
-        return [b() for b in builds]
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="halter-pack") as pool:
-            return list(pool.map(lambda b: b(), builds))
-    finally:
-        torch.set_num_threads(n)
-
-
-def _trim_heap() -> None:
-    """Give the heap's free pages back to the system (glibc ``malloc_trim``): the packing's
-    temporaries would otherwise stay in the resident set after loading."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):      # not glibc
-        pass
-
-
 class Model:
     """A loaded GGUF model: transformer, KV cache for ``n_seq_max`` sequences, tokenizer."""
 
@@ -253,10 +129,12 @@ class Model:
         n_ctx = min(config.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be positive, not {n_ctx}")
-        with torch.device("meta"), _skip_init():
+        with torch.device("meta"), skip_init():
             net = Transformer(config)
         try:
-            rest = _install_quantized(net, _state_dict(config, tensors), dt, dev)
+            rest = install_quantized(net, state_dict(config, tensors), dt, dev)
+            if dev.type == "cuda":
+                fuse_dense_gate_up(net, rest)
             net.load_state_dict(rest, assign=True, strict=True)
         except RuntimeError as exc:
             raise ModelLoadError(f"tensors do not fit the model ({exc})", path=path) from exc
@@ -270,7 +148,7 @@ class Model:
         if net.rope_swa is not None:
             cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
         if dev.type == "cpu":
-            _trim_heap()
+            trim_heap()
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
 
     def set_decode(self, mode: str = "auto", *, backend: str | Callable[..., Any] | None = None,

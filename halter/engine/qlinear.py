@@ -106,9 +106,9 @@ class _Int4Part(nn.Module):
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         xb = x2.to(torch.bfloat16)
         mm = torch.ops.aten._weight_int4pack_mm_for_cpu
-        y = mm(xb, self.packed0, INT4_GROUP, self.sz0).float()
-        if self.n_terms > 1:
-            y.add_(mm(xb, self.packed1, INT4_GROUP, self.sz1))
+        y = mm(xb, self.packed0, INT4_GROUP, self.sz0)
+        if self.n_terms > 1:                     # the terms summed in float32
+            y = y.float().add_(mm(xb, self.packed1, INT4_GROUP, self.sz1))
         return y
 
 
@@ -154,7 +154,7 @@ class _Bf16Part(nn.Module):
         self.out_features = q.shape[0]
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
-        return F.linear(x2.to(torch.bfloat16), self.weight).float()
+        return F.linear(x2.to(torch.bfloat16), self.weight)
 
 
 class _DequantPart(nn.Module):
@@ -174,7 +174,10 @@ class _DequantPart(nn.Module):
 
 
 class QLinear(nn.Module):
-    """``y = x @ W.T + b`` with ``W`` the row-wise concatenation of quantized ``parts``."""
+    """``y = x @ W.T + b`` with ``W`` the row-wise concatenation of quantized ``parts``.
+
+    The result is in the model's dtype, except on the CPU, where a one-kernel bfloat16 product
+    (``"int4"`` with one term, ``"bf16"``) returns bfloat16 (``narrow_out``)."""
 
     def __init__(self, parts: Sequence[QuantTensor], bias: torch.Tensor | None, *, dtype: torch.dtype,
                  device: torch.device, kernel: str | None = None) -> None:
@@ -187,6 +190,10 @@ class QLinear(nn.Module):
         self.in_features = parts[0].shape[1]
         self.out_features = sum(p.shape[0] for p in parts)
         self.dtype = dtype
+        # on the CPU a product's bfloat16 result is returned as it is: the layers that take it
+        # widen it where they need float32 (a residual sum promotes it for free), which saves a
+        # cast after most products and before the FFN's down projection
+        self.narrow_out = device.type == "cpu"
         self.register_buffer("bias", None if bias is None else bias.to(device=device, dtype=dtype),
                              persistent=False)
         # the single part's forward, called directly (no module dispatch per product)
@@ -196,7 +203,7 @@ class QLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         if self._one is not None:
             y = self._one(x2)
-            if y.dtype != self.dtype:
+            if y.dtype != self.dtype and not (self.narrow_out and y.dtype == torch.bfloat16):
                 y = y.to(self.dtype)
         else:
             y = torch.cat([p(x2).to(self.dtype) for p in self.parts], dim=-1)

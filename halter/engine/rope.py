@@ -80,9 +80,8 @@ class Rope:
             else:
                 idx[:h], idx[h:self.rope_dim] = idx[h:self.rope_dim].clone(), idx[:h].clone()
             partner = self._partner[key] = idx.to(x.device)
-        xf = x if x.dtype == torch.float32 else x.float()
-        out = xf * cos
-        out.addcmul_(xf.index_select(-1, partner), sin)
+        out = x * cos                 # float32 (cos is), also for a bf16/f16 ``x``: no upcast copy
+        out.addcmul_(x.index_select(-1, partner), sin)
         return out if out.dtype == x.dtype else out.to(x.dtype)
 
     def cos_sin(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,8 @@ cells hold position -1 and are masked already) and writes its logits into a prea
 (``"static"``), recorded once per bucket by ``torch.jit.trace`` and run as a TorchScript graph
 (``"trace"``, the CPU default: the same operators without Python between them), compiled with
 ``torch.compile(fullgraph=True, dynamic=False)`` (``"compile"``) or captured once per bucket into
-a CUDA graph and replayed (``"cuda-graph"``).
+a CUDA graph and replayed (``"cuda-graph"``; one-row products there run ``gemv``'s Triton kernel
+where it was measured faster than cuBLAS).
 
 Batch row ``b`` is cache row ``b``: keys and values are read through views of the cache (no
 gather). A bucket covers the requested sequences' rows and pads with the others, which are
@@ -28,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from halter.engine import gemv
 from halter.engine.kv_cache import KVCache
 from halter.engine.rope import Rope
 from halter.engine.transformer import Transformer
@@ -219,7 +221,11 @@ class StaticDecoder:
             st.run = lambda: compiled(*args)
             if self.mode == "cuda-graph":
                 st.forward = st.run      # type: ignore[method-assign] - the compiled step is captured
-        if self.mode == "cuda-graph":
+        if self.mode == "cuda-graph" and self._compiled is None:
+            gemv.tune(self.net)          # once per model: one-row products faster than cuBLAS's
+            with gemv.capturing():       # captured, and checked against the same kernels run eagerly
+                st.run = self._checked(st, self._capture, "CUDA graph capture", "uncaptured", 1e-3)
+        elif self.mode == "cuda-graph":
             st.run = self._checked(st, self._capture, "CUDA graph capture", "uncaptured", 1e-3)
         elif self.mode == "trace":
             st.run = self._checked(st, self._trace, "tracing the decode step", "untraced", 0.0)

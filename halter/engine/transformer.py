@@ -16,13 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from halter.engine import gemv
 from halter.engine.config import ModelConfig
 from halter.engine.kv_cache import KVCache
 from halter.engine.rope import Rope
 
 
 class RMSNorm(nn.Module):
-    """``x / rms(x) * weight``, computed in float32."""
+    """``x / rms(x) * weight``, computed in float32 (the result in ``x``'s dtype)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -30,11 +31,27 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)      # one fused op
+        if x.dtype == self.weight.dtype:
+            # one operator: on CUDA a fused kernel (in place of about eight); for bf16/f16 it
+            # reduces and scales in float32, as below
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        if self.weight.dtype == torch.float32:  # a bf16 product's result in a float32 model
+            return F.rms_norm(x.float(), self.weight.shape, self.weight, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (xf * self.weight.float()).to(x.dtype)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` that, while a CUDA graph is captured, runs a one-row product with the Triton
+    kernel ``gemv.tune`` found faster than cuBLAS for its weight shape (``one_row_config``)."""
+
+    one_row_config: tuple[int, int, int, int] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.one_row_config is not None and gemv.active() and x.numel() == x.shape[-1]:
+            return gemv.one_row(x, self.weight, self.bias, self.one_row_config)
+        return F.linear(x, self.weight, self.bias)
 
 
 class Attention(nn.Module):
@@ -44,8 +61,8 @@ class Attention(nn.Module):
         super().__init__()
         self.layer, self.n_head, self.n_head_kv, self.head_dim = layer, c.n_head, c.n_head_kv, c.head_dim
         q, kv = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
-        self.wqkv = nn.Linear(c.n_embd, q + 2 * kv, bias=c.attn_bias)
-        self.wo = nn.Linear(q, c.n_embd, bias=False)
+        self.wqkv = Linear(c.n_embd, q + 2 * kv, bias=c.attn_bias)
+        self.wo = Linear(q, c.n_embd, bias=False)
         self.q_norm = RMSNorm(c.head_dim, c.norm_eps) if c.qk_norm else None
         self.k_norm = RMSNorm(c.head_dim, c.norm_eps) if c.qk_norm else None
         self.scale = c.attn_scale or c.head_dim ** -0.5
@@ -61,6 +78,8 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, D = self.n_head, self.n_head_kv, self.head_dim
         qkv = self.wqkv(x)
+        if qkv.dtype != x.dtype:         # a quantized product's bf16 result: attention in x's dtype
+            qkv = qkv.to(x.dtype)
         v = qkv[..., (H + Hkv) * D:].view(B, T, Hkv, D)
         if self.q_norm is None:          # queries and keys rotated together, as one [B, T, H + Hkv, D]
             qk = rope.rotate(qkv[..., :(H + Hkv) * D].view(B, T, H + Hkv, D), cos, sin)
@@ -119,9 +138,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
-        self.w1 = nn.Linear(c.n_embd, c.n_ff, bias=False)
-        self.w3 = nn.Linear(c.n_embd, c.n_ff, bias=False)
-        self.w2 = nn.Linear(c.n_ff, c.n_embd, bias=False)
+        self.w1 = Linear(c.n_embd, c.n_ff, bias=False)
+        self.w3 = Linear(c.n_embd, c.n_ff, bias=False)
+        self.w2 = Linear(c.n_ff, c.n_embd, bias=False)
         self.gelu = c.act == "gelu_tanh"
         self.n_ff = c.n_ff
         self.w13: nn.Module | None = None     # gate and up as one product, when the loader fuses them
@@ -160,7 +179,7 @@ class Transformer(nn.Module):
         self.tok_embeddings = nn.Embedding(c.n_vocab, c.n_embd)
         self.layers = nn.ModuleList(TransformerBlock(c, i) for i in range(c.n_layer))
         self.norm = RMSNorm(c.n_embd, c.norm_eps)
-        self.output = nn.Linear(c.n_embd, c.n_vocab, bias=False)
+        self.output = Linear(c.n_embd, c.n_vocab, bias=False)
         self.rope_swa: Rope | None = None     # the sliding layers' rope, when it differs (gemma3)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -181,20 +200,30 @@ class Transformer(nn.Module):
 
         ``pos [B, T]`` are the new tokens' positions, ``cached_pos [B, L]`` those of the cells
         attended over (-1 when empty). cos/sin are ``Rope.tables`` ``[B, T, 1, head_dim]``; masks
-        are ``[B, 1, T, L]``; a sliding layer also hides keys ``sliding_window`` or more positions
+        are ``[B, 1, T, L]`` (``_mask``); a sliding layer also hides keys ``sliding_window`` or more positions
         back, as llama.cpp and transformers do.
         """
         causal = (cached_pos[:, None, :] <= pos[:, :, None]) & (cached_pos[:, None, :] >= 0)
         D = self.config.head_dim
         cos, sin = rope.tables(pos, D)
-        out = {False: (cos.unsqueeze(2), sin.unsqueeze(2), rope, causal.unsqueeze(1))}
+        out = {False: (cos.unsqueeze(2), sin.unsqueeze(2), rope, self._mask(causal.unsqueeze(1)))}
         window = self.config.sliding_window
         if window:
             local = self.rope_swa or rope
             cos_l, sin_l = (cos, sin) if local is rope else local.tables(pos, D)
             near = causal & (pos[:, :, None] - cached_pos[:, None, :] < window)
-            out[True] = (cos_l.unsqueeze(2), sin_l.unsqueeze(2), local, near.unsqueeze(1))
+            out[True] = (cos_l.unsqueeze(2), sin_l.unsqueeze(2), local, self._mask(near.unsqueeze(1)))
         return out
+
+    def _mask(self, keep: torch.Tensor) -> torch.Tensor:
+        """The attention mask as the layers take it: additive (0 / -inf, in the model's dtype),
+        which ``scaled_dot_product_attention`` would otherwise rebuild from the booleans in every
+        layer (six operators on the CPU, two or three kernels on CUDA); the booleans for
+        soft-capped attention, which masks its scores itself."""
+        if self.config.attn_softcap:
+            return keep
+        return torch.zeros(keep.shape, dtype=self.norm.weight.dtype, device=keep.device) \
+            .masked_fill_(~keep, float("-inf"))
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor,
                 cells: torch.Tensor | slice, cache: KVCache, rope: Rope, n_attend: int,

@@ -153,15 +153,27 @@ class DeviceSampler:
         """
         if self.rng != "llama":
             raise ValueError("DeviceSampler.sample_checked needs rng='llama'")
-        x = logits.to(torch.float32).unsqueeze(0).repeat(2, 1)
-        mask = self.to_device(np.ascontiguousarray(bitmask, dtype=np.int32), x.device)
-        apply_bitmask(x[1:], mask.unsqueeze(0), vocab_size=vocab_size)      # row 1, in place
-        peek = self._stream(0).copy()
-        u = self.to_device(np.array([peek.uniform_double(), peek.uniform_double()]), x.device)
+        V = logits.shape[-1]
+        keep = self._keep_rows(bitmask, vocab_size, V)          # [2, V]: row 0 raw, row 1 masked
+        # both rows in one kernel; the mask's bits are unpacked on the host, while the forward pass
+        # still runs on the device, rather than by a few kernels queued after it
+        x = torch.where(self.to_device(keep, logits.device), logits.to(torch.float32), float("-inf"))
+        u = self.to_device(np.array(self._stream(0).peek_doubles(2)), x.device)
         tokens, _, _ = self._chain(x, lambda B, kept: u)
         ok = torch.isfinite(x[1].gather(0, tokens[1:])).long()
         raw, redrawn, finite = torch.cat([tokens, ok]).tolist()    # the one device -> host copy
         return raw, redrawn, bool(finite)
+
+    @staticmethod
+    def _keep_rows(bitmask: np.ndarray, vocab_size: int, n_logits: int) -> np.ndarray:
+        """``[2, n_logits]`` bools: row 0 all kept, row 1 the tokens ``bitmask`` allows (none at or
+        past ``vocab_size``)."""
+        keep = np.ones((2, n_logits), dtype=bool)
+        n = min(vocab_size, n_logits, 32 * len(bitmask))
+        words = np.ascontiguousarray(bitmask, dtype=np.int32).view(np.uint8)
+        keep[1, :n] = np.unpackbits(words, count=n, bitorder="little").view(bool)
+        keep[1, n:] = False
+        return keep
 
     def commit_draws(self, n: int) -> None:
         """Advance row 0's stream by ``n`` draws (after ``sample_checked``); greedy draws none."""

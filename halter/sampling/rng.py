@@ -41,6 +41,7 @@ class Mt19937:
     def __init__(self, seed: int | None = LLAMA_DEFAULT_SEED) -> None:
         self.seed = LLAMA_DEFAULT_SEED if seed is None else seed
         self._bits = np.random.MT19937(0)
+        self._ahead: list[int] = []        # words drawn by ``peek_doubles``, not yet consumed
         self.seed_cur = 0
         self.reseed()
 
@@ -48,10 +49,21 @@ class Mt19937:
         """Restart the stream from the configured seed (a new random one if it is random)."""
         self.seed_cur = resolve_seed(self.seed)
         self._bits._legacy_seeding(self.seed_cur)
+        self._ahead = []
 
     def next_u32(self) -> int:
         """The next raw 32-bit word."""
+        if self._ahead:
+            return self._ahead.pop(0)
         return int(self._bits.random_raw())
+
+    def peek_doubles(self, n: int) -> list[float]:
+        """The next ``n`` ``uniform_double`` values, without consuming them (the stream gives them
+        again, and the same words to any other draw)."""
+        short = 2 * n - len(self._ahead)
+        if short > 0:
+            self._ahead.extend(int(w) for w in self._bits.random_raw(short))
+        return [_canonical_double(self._ahead[2 * i], self._ahead[2 * i + 1]) for i in range(n)]
 
     def uniform_float(self) -> float:
         """``std::uniform_real_distribution<float>(0, 1)``: one word, rounded to float."""
@@ -61,9 +73,7 @@ class Mt19937:
     def uniform_double(self) -> float:
         """``std::uniform_real_distribution<double>(0, 1)``: two words, low word first."""
         w0 = self.next_u32()
-        w1 = self.next_u32()
-        r = (float(w0) + float(w1) * 4294967296.0) / 18446744073709551616.0
-        return _F64_BELOW_ONE if r >= 1.0 else r
+        return _canonical_double(w0, self.next_u32())
 
     def discrete(self, weights: np.ndarray) -> int:
         """``std::discrete_distribution<int>(weights)(rng)`` as libstdc++ computes it."""
@@ -78,7 +88,7 @@ class Mt19937:
         return int(np.searchsorted(cp, u, side="left"))
 
     def getstate(self) -> dict:
-        return {"seed": self.seed, "seed_cur": self.seed_cur, "bits": self._bits.state}
+        return {"seed": self.seed, "seed_cur": self.seed_cur, "bits": self._bits.state, "ahead": list(self._ahead)}
 
     def copy(self) -> "Mt19937":
         """An independent generator at the same point of the same stream."""
@@ -87,4 +97,11 @@ class Mt19937:
         new.seed_cur = self.seed_cur
         new._bits = np.random.MT19937(0)
         new._bits.state = self._bits.state
+        new._ahead = list(self._ahead)
         return new
+
+
+def _canonical_double(w0: int, w1: int) -> float:
+    """libstdc++'s ``generate_canonical<double, 53>`` of two words (low word first)."""
+    r = (float(w0) + float(w1) * 4294967296.0) / 18446744073709551616.0
+    return _F64_BELOW_ONE if r >= 1.0 else r

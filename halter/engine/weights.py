@@ -1,0 +1,161 @@
+"""How a GGUF file's tensors become the ``Transformer``'s parameters.
+
+``state_dict`` maps llama.cpp's tensor names to the module's, fusing Q, K and V into one
+projection; ``install_quantized`` swaps the linear layers and embeddings whose weights are
+quantized for ``QLinear``/``QEmbedding`` (packed for their kernels, one layer per thread on the
+CPU); ``fuse_dense_gate_up`` makes float gate and up matrices one product on CUDA; ``skip_init``
+builds the module on ``meta`` without random initialisation; ``trim_heap`` returns the packing's
+freed memory to the system.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterator
+
+import torch
+
+from halter.engine.config import ModelConfig
+from halter.engine.gguf_loader import check_scales
+from halter.engine.qlinear import QEmbedding, QLinear
+from halter.engine.quant_tensor import QuantTensor, release_pages
+from halter.engine.transformer import Linear, Transformer
+
+
+def _fuse(parts: list[Any]) -> Any:
+    """Row-wise fusion: a tensor when all parts are tensors, else the list of ``QuantTensor`` parts."""
+    if all(isinstance(p, torch.Tensor) for p in parts):
+        return torch.cat(parts)
+    if all(isinstance(p, QuantTensor) for p in parts):
+        return list(parts)
+    dtype = next(p.dtype for p in parts if isinstance(p, torch.Tensor))
+    return torch.cat([p if isinstance(p, torch.Tensor) else p.dequantize(dtype).to(dtype) for p in parts])
+
+
+def state_dict(c: ModelConfig, t: dict[str, Any]) -> dict[str, Any]:
+    """GGUF tensor names -> ``Transformer`` parameter names, fusing Q/K/V into ``wqkv``.
+
+    Quantized weights (``weights="packed"``) stay ``QuantTensor``s (a list of parts for ``wqkv``).
+    """
+    sd = {"tok_embeddings.weight": t["token_embd.weight"], "norm.weight": t["output_norm.weight"],
+          "output.weight": t.get("output.weight", t["token_embd.weight"])}
+    for i in range(c.n_layer):
+        b, p = f"blk.{i}.", f"layers.{i}."
+        sd[p + "attention.wqkv.weight"] = _fuse([t[b + f"attn_{x}.weight"] for x in "qkv"])
+        if c.attn_bias:
+            sd[p + "attention.wqkv.bias"] = torch.cat([t[b + f"attn_{x}.bias"] for x in "qkv"])
+        names = [("attention_norm", "attn_norm"), ("attention.wo", "attn_output"),
+                 ("ffn_norm", "ffn_norm"), ("feed_forward.w1", "ffn_gate"),
+                 ("feed_forward.w3", "ffn_up"), ("feed_forward.w2", "ffn_down")]
+        if c.qk_norm:
+            names += [("attention.q_norm", "attn_q_norm"), ("attention.k_norm", "attn_k_norm")]
+        if c.post_norms:
+            names += [("post_attention_norm", "post_attention_norm"), ("post_ffn_norm", "post_ffw_norm")]
+        for ours, theirs in names:
+            sd[p + ours + ".weight"] = t[b + theirs + ".weight"]
+    return sd
+
+
+def fuse_dense_gate_up(net: Transformer, rest: dict[str, Any]) -> None:
+    """Float gate and up matrices as one ``w13`` product (one kernel reading both, on CUDA).
+
+    Only on CUDA: on the CPU the concatenation would copy matrices that may still be pages of the
+    memory-mapped file.
+    """
+    for i, layer in enumerate(net.layers):
+        k1, k3 = f"layers.{i}.feed_forward.w1.weight", f"layers.{i}.feed_forward.w3.weight"
+        w1, w3 = rest.get(k1), rest.get(k3)
+        if not (isinstance(w1, torch.Tensor) and isinstance(w3, torch.Tensor)) or w1.dtype != w3.dtype:
+            continue
+        ff = layer.feed_forward
+        with torch.device("meta"):
+            ff.w13 = Linear(w1.shape[1], w1.shape[0] + w3.shape[0], bias=False)
+        ff.w1 = ff.w3 = None
+        rest[f"layers.{i}.feed_forward.w13.weight"] = torch.cat([rest.pop(k1), rest.pop(k3)])
+
+
+@contextlib.contextmanager
+def skip_init() -> Iterator[None]:
+    """No random initialisation while the module is built on ``meta`` (the file's tensors replace it).
+
+    On the meta device ``normal_`` runs through torch's Python references, which import the
+    compiler stack (sympy, dynamo: seconds) for values that are thrown away.
+    """
+    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_")
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    for n in names:
+        setattr(torch.nn.init, n, lambda t, *a, **k: t)
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
+
+
+def install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
+                       device: torch.device) -> dict[str, Any]:
+    """Swap the linear layers and embeddings whose weights are quantized for ``QLinear``/``QEmbedding``.
+
+    Returns what is left of ``sd`` for ``load_state_dict``.
+    """
+    rest = dict(sd)
+    builds: list[tuple[torch.nn.Module, str, Callable[[], torch.nn.Module]]] = []   # (parent, attribute, build)
+    for i, layer in enumerate(net.layers):       # gate and up of one type: one product, one kernel call
+        w1, w3 = sd.get(f"layers.{i}.feed_forward.w1.weight"), sd.get(f"layers.{i}.feed_forward.w3.weight")
+        if isinstance(w1, QuantTensor) and isinstance(w3, QuantTensor) and w1.ggml_type == w3.ggml_type:
+            ff = layer.feed_forward
+            builds.append((ff, "w13", functools.partial(QLinear, [w1, w3], None, dtype=dtype, device=device)))
+            ff.w1 = ff.w3 = None
+            del rest[f"layers.{i}.feed_forward.w1.weight"], rest[f"layers.{i}.feed_forward.w3.weight"]
+    for key, value in sd.items():
+        if not (isinstance(value, QuantTensor) or isinstance(value, list)) or key not in rest:
+            continue
+        path = key[:-len(".weight")]
+        parent_path, _, attr = path.rpartition(".")
+        parent = net.get_submodule(parent_path) if parent_path else net
+        old = getattr(parent, attr)
+        del rest[key]
+        if isinstance(old, torch.nn.Embedding):
+            build: Callable[[], torch.nn.Module] = functools.partial(QEmbedding, value, dtype=dtype, device=device)
+        else:
+            bias = rest.pop(path + ".bias", None)
+            build = functools.partial(QLinear, value if isinstance(value, list) else [value], bias,
+                                      dtype=dtype, device=device)
+        builds.append((parent, attr, build))
+    for (parent, attr, _), module in zip(builds, _build_all([b[2] for b in builds], device)):
+        setattr(parent, attr, module)
+    for value in sd.values():        # file pages read while packing: only lookups come back
+        for q in value if isinstance(value, list) else [value]:
+            if isinstance(q, QuantTensor):
+                check_scales(q)      # those the int4 packing did not check (lookups, bf16, dequant)
+                release_pages(q)
+    return rest
+
+
+def _build_all(builds: list[Callable[[], torch.nn.Module]], device: torch.device) -> list[torch.nn.Module]:
+    """Run the layer builds (packing: byte shuffling in many small torch ops), one layer per thread.
+
+    On the CPU each build runs its ops on its own thread, torch's intra-op pool set to one thread
+    meanwhile: ops split across a thread pool wait at a barrier for every thread, and on a machine
+    whose cores are busy with other work each wait lasts a scheduler slice (loading took 2-5 s
+    instead of 0.3 s with two background jobs on two cores)."""
+    n = torch.get_num_threads()
+    if device.type != "cpu" or n <= 1 or len(builds) <= 1:
+        return [b() for b in builds]
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="halter-pack") as pool:
+            return list(pool.map(lambda b: b(), builds))
+    finally:
+        torch.set_num_threads(n)
+
+
+def trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim``): the packing's
+    temporaries would otherwise stay in the resident set after loading."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):      # not glibc
+        pass
