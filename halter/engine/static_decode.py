@@ -32,6 +32,7 @@ import torch
 from halter.engine import gemv
 from halter.engine.kv_cache import KVCache
 from halter.engine.rope import Rope
+from halter.engine.thread_governor import ThreadGovernor
 from halter.engine.transformer import Transformer
 
 DECODE_MODES = ("auto", "eager", "static", "trace", "compile", "cuda-graph")
@@ -166,11 +167,12 @@ class StaticDecoder:
     ``mode``: ``"static"`` (the step as is), ``"trace"`` (``torch.jit.trace`` per bucket on first
     use), ``"compile"`` (``torch.compile`` with ``backend``, default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
     ``backend``, the step compiled with it is what is captured: fused kernels, fewer launches).
-    ``min_span`` is the smallest attention span bucket.
+    ``min_span`` is the smallest attention span bucket. With a ``governor`` (CPU), each step runs
+    on the thread count it chooses.
     """
 
     def __init__(self, net: Transformer, rope: Rope, cache: KVCache, mode: str,
-                 backend: Any = None, min_span: int = 256) -> None:
+                 backend: Any = None, min_span: int = 256, governor: ThreadGovernor | None = None) -> None:
         if mode not in ("static", "trace", "compile", "cuda-graph"):
             raise ValueError(f"StaticDecoder mode must be static, trace, compile or cuda-graph, not {mode!r}")
         self.net, self.rope, self.cache, self.mode = net, rope, cache, mode
@@ -182,6 +184,7 @@ class StaticDecoder:
             self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
                                            backend="inductor" if backend is None else backend)
         self._pool: Any = None
+        self.governor = governor
 
     def bucket(self, n_rows: int, n_cells: int) -> tuple[int, int]:
         """The smallest bucket holding cache rows ``0..n_rows-1`` and cells ``0..n_cells-1``."""
@@ -303,5 +306,8 @@ class StaticDecoder:
         """
         st = self.step_for(*self.bucket(max(seq_ids) + 1, int(cells.max()) + 1))
         st.stage(tokens, seq_ids, positions, cells)
-        st.run()
+        if self.governor is not None:
+            self.governor.step((st.B, st.span), st.run)
+        else:
+            st.run()
         return st.logits.index_select(0, st.inputs[_ORDER, :len(seq_ids)])
