@@ -80,3 +80,15 @@ def test_one_thread_is_left_alone() -> None:
     ran = []
     g.step("b", lambda: ran.append(1))
     assert ran == [1] and calls == []
+
+
+def test_a_prompt_chunk_whose_team_waited_moves_the_next_steps_to_fewer_threads() -> None:
+    m = Machine({2: (0.900, 0.950), 1: (0.160, 0.160)})
+    g = m.governor(window=4, probe_every=20)
+    assert g.run_chunk(lambda: (m.run(), "logits")[1]) == "logits"
+    assert g.n == 1 and m.calls == [1]
+    m.cost = {2: (0.500, 1.000), 1: (0.800, 0.800)}          # an idle machine: a chunk changes nothing
+    g2 = m.governor()
+    m.threads = 2
+    g2.run_chunk(m.run)
+    assert g2.n == 2 and m.calls == [1]

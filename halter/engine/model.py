@@ -261,10 +261,13 @@ class Model:
             else None
         c0 = int(cells[0, 0])
         same = span is not None and bool((cells == np.arange(c0, c0 + T)[None, :]).all())
-        logits = self.net(ids.to(dev), torch.as_tensor(positions, device=dev),
-                          torch.as_tensor(list(seq_ids), device=dev),
-                          slice(c0, c0 + T) if same else torch.as_tensor(cells, device=dev),
-                          self.cache, self.rope, n_attend, last_only=not all_logits, row_span=span)
+        def forward() -> torch.Tensor:
+            return self.net(ids.to(dev), torch.as_tensor(positions, device=dev),
+                            torch.as_tensor(list(seq_ids), device=dev),
+                            slice(c0, c0 + T) if same else torch.as_tensor(cells, device=dev),
+                            self.cache, self.rope, n_attend, last_only=not all_logits, row_span=span)
+        governor = self._static.governor if self._static is not None else None
+        logits = forward() if governor is None else governor.run_chunk(forward)
         return logits if all_logits else logits[:, -1]
 
     def eval_prompt(self, tokens: Sequence[int], seq_id: int = 0, *, all_logits: bool = False

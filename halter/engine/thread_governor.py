@@ -10,8 +10,9 @@ on an idle machine).
 process got meanwhile. A team that gets markedly fewer cores' worth of CPU time than it has
 threads is waiting: the governor then tries the team the CPU time suggests, keeps whichever ran
 the same bucket of steps faster (medians of its last steps), and while on fewer threads it tries
-the full team again every ``probe_every`` steps. On an idle machine the team gets its cores and
-nothing changes but two clock reads a step. It is used only when the thread count was left to
+the full team again every ``probe_every`` steps. A prompt chunk whose team waited moves the next
+steps to the smaller team at once. On an idle machine the team gets its cores and nothing changes
+but two clock reads a step. It is used only when the thread count was left to
 halter (``Model.load(n_threads=None)``).
 """
 from __future__ import annotations
@@ -60,6 +61,20 @@ class ThreadGovernor:
         if n == self.full and wall > 0:
             self._usage.append(cpu / wall)
         self._decide(key, n)
+
+    def run_chunk(self, run: Callable[[], object]) -> object:
+        """Run a prompt chunk (a long step, rarely repeated) with the current count: if the full
+        team got fewer cores' worth of CPU time than it has threads, the next steps start on the
+        team that CPU time suggests (the full team is tried again after ``probe_every`` steps)."""
+        if self.full == 1 or self._trial is not None:
+            return run()
+        wall, cpu = self._clock(), self._cpu_clock()
+        out = run()
+        wall, cpu = self._clock() - wall, self._cpu_clock() - cpu
+        if self.n == self.full and wall > 0 and cpu / wall < self.full - 0.5:
+            self._use(max(1, min(self.full - 1, int(cpu / wall + 0.25))))
+            self._since_switch = 0
+        return out
 
     def _median(self, key: Hashable, n: int) -> float | None:
         times = self._times.get((key, n))
