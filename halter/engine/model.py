@@ -21,6 +21,7 @@ from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
 from halter.engine.rope import Rope, rope_for
 from halter.engine.static_decode import StaticDecoder, resolve_mode
+from halter.engine.thread_governor import ThreadGovernor
 from halter.engine.transformer import Transformer
 from halter.engine.weights import fuse_dense_gate_up, install_quantized, skip_init, state_dict, trim_heap
 from halter.errors import ModelLoadError
@@ -81,9 +82,10 @@ class Model:
     """A loaded GGUF model: transformer, KV cache for ``n_seq_max`` sequences, tokenizer."""
 
     def __init__(self, path: str, config: ModelConfig, net: Transformer, rope: Rope,
-                 cache: KVCache, n_batch: int, decode: str = "auto") -> None:
+                 cache: KVCache, n_batch: int, decode: str = "auto", *, adapt_threads: bool = False) -> None:
         self.path, self.config, self.net, self.rope, self.cache = path, config, net, rope, cache
         self.n_batch = n_batch
+        self.adapt_threads = adapt_threads       # CPU decode steps on fewer threads while cores are busy
         self._tokenizer: "Tokenizer | None" = None
         self._vocab: "Vocabulary | None" = None
         self._static: StaticDecoder | None = None
@@ -149,7 +151,7 @@ class Model:
             cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
         if dev.type == "cpu":
             trim_heap()
-        return cls(os.fspath(path), config, net, rope, cache, n_batch, decode)
+        return cls(os.fspath(path), config, net, rope, cache, n_batch, decode, adapt_threads=n_threads is None)
 
     def set_decode(self, mode: str = "auto", *, backend: str | Callable[..., Any] | None = None,
                    min_span: int | None = None) -> None:
@@ -175,8 +177,11 @@ class Model:
             resolved = "eager"      # the tracer cannot record block decoding (dtype views): see above
         if min_span is None:
             min_span = 256 if self.device.type == "cuda" else 64
+        governor = ThreadGovernor(torch.get_num_threads()) \
+            if self.adapt_threads and self.device.type == "cpu" and torch.get_num_threads() > 1 else None
         self._static = None if resolved == "eager" else \
-            StaticDecoder(self.net, self.rope, self.cache, resolved, backend=backend, min_span=min_span)
+            StaticDecoder(self.net, self.rope, self.cache, resolved, backend=backend, min_span=min_span,
+                          governor=governor)
         self.decode_mode = resolved
 
     def _dequantizes_per_product(self) -> bool:
@@ -256,10 +261,13 @@ class Model:
             else None
         c0 = int(cells[0, 0])
         same = span is not None and bool((cells == np.arange(c0, c0 + T)[None, :]).all())
-        logits = self.net(ids.to(dev), torch.as_tensor(positions, device=dev),
-                          torch.as_tensor(list(seq_ids), device=dev),
-                          slice(c0, c0 + T) if same else torch.as_tensor(cells, device=dev),
-                          self.cache, self.rope, n_attend, last_only=not all_logits, row_span=span)
+        def forward() -> torch.Tensor:
+            return self.net(ids.to(dev), torch.as_tensor(positions, device=dev),
+                            torch.as_tensor(list(seq_ids), device=dev),
+                            slice(c0, c0 + T) if same else torch.as_tensor(cells, device=dev),
+                            self.cache, self.rope, n_attend, last_only=not all_logits, row_span=span)
+        governor = self._static.governor if self._static is not None else None
+        logits = forward() if governor is None else governor.run_chunk(forward)
         return logits if all_logits else logits[:, -1]
 
     def eval_prompt(self, tokens: Sequence[int], seq_id: int = 0, *, all_logits: bool = False

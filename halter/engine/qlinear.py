@@ -104,7 +104,7 @@ class _Int4Part(nn.Module):
         self.out_features = packed[0].shape[0]
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
-        xb = x2.to(torch.bfloat16)
+        xb = x2 if x2.dtype == torch.bfloat16 else x2.to(torch.bfloat16)
         mm = torch.ops.aten._weight_int4pack_mm_for_cpu
         y = mm(xb, self.packed0, INT4_GROUP, self.sz0)
         if self.n_terms > 1:                     # the terms summed in float32
@@ -200,7 +200,9 @@ class QLinear(nn.Module):
         self._one = self.parts[0].forward if len(self.parts) == 1 else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, self.in_features)
+        # a decode step's [B, 1, E] is squeezed, not reshaped: no shape reads in a traced step
+        one_token = x.dim() == 3 and x.shape[1] == 1
+        x2 = x.squeeze(1) if one_token else x.reshape(-1, self.in_features)
         if self._one is not None:
             y = self._one(x2)
             if y.dtype != self.dtype and not (self.narrow_out and y.dtype == torch.bfloat16):
@@ -209,7 +211,7 @@ class QLinear(nn.Module):
             y = torch.cat([p(x2).to(self.dtype) for p in self.parts], dim=-1)
         if self.bias is not None:
             y = y + self.bias
-        return y.view(*x.shape[:-1], self.out_features)
+        return y.unsqueeze(1) if one_token else y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, kernels={self.kernels}"

@@ -83,7 +83,8 @@ class Attention(nn.Module):
         v = qkv[..., (H + Hkv) * D:].view(B, T, Hkv, D)
         if self.q_norm is None:          # queries and keys rotated together, as one [B, T, H + Hkv, D]
             qk = rope.rotate(qkv[..., :(H + Hkv) * D].view(B, T, H + Hkv, D), cos, sin)
-            return qk[:, :, :H], qk[:, :, H:], v
+            q, k = qk.split([H, Hkv], dim=2)
+            return q, k, v
         q, k = qkv[..., :H * D].view(B, T, H, D), qkv[..., H * D:(H + Hkv) * D].view(B, T, Hkv, D)
         q, k = self.q_norm(q), self.k_norm(k)
         return rope.rotate(q, cos, sin), rope.rotate(k, cos, sin), v
@@ -91,13 +92,12 @@ class Attention(nn.Module):
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                mask: torch.Tensor) -> torch.Tensor:
         """Output projection of ``q [B, T, H, D]`` attending over ``keys/values [B, Hkv, L, D]``."""
-        B, T = q.shape[:2]
         if self.softcap:
             y = _softcapped_attention(q.transpose(1, 2), keys, values, mask, self.scale, self.softcap)
         else:
             y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
                                                scale=self.scale, enable_gqa=self.n_head != self.n_head_kv)
-        return self.wo(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+        return self.wo(y.transpose(1, 2).flatten(2))              # [B, T, H * D]
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
                 cache: KVCache, row_ids: torch.Tensor, rows: torch.Tensor | slice,
