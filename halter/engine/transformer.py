@@ -23,7 +23,8 @@ from halter.engine.rope import Rope
 
 
 class RMSNorm(nn.Module):
-    """``x / rms(x) * weight``, computed in float32 (the result in ``x``'s dtype)."""
+    """``x / rms(x) * weight``, computed in float32; the result in ``x``'s dtype, or in float32 for
+    a bf16 ``x`` (a quantized product's result) in a float32 model."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
