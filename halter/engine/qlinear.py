@@ -200,9 +200,11 @@ class QLinear(nn.Module):
         self._one = self.parts[0].forward if len(self.parts) == 1 else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # a decode step's [B, 1, E] is squeezed, not reshaped: no shape reads in a traced step
+        # rows as they are ([B, E]: a static step) or a decode step's [B, 1, E] squeezed, not
+        # reshaped: no shape reads in a traced step
+        flat = x.dim() == 2
         one_token = x.dim() == 3 and x.shape[1] == 1
-        x2 = x.squeeze(1) if one_token else x.reshape(-1, self.in_features)
+        x2 = x if flat else x.squeeze(1) if one_token else x.reshape(-1, self.in_features)
         if self._one is not None:
             y = self._one(x2)
             if y.dtype != self.dtype and not (self.narrow_out and y.dtype == torch.bfloat16):
@@ -211,6 +213,8 @@ class QLinear(nn.Module):
             y = torch.cat([p(x2).to(self.dtype) for p in self.parts], dim=-1)
         if self.bias is not None:
             y = y + self.bias
+        if flat:
+            return y
         return y.unsqueeze(1) if one_token else y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

@@ -72,11 +72,13 @@ class Attention(nn.Module):
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Rotated queries ``[B, T, H, D]``, rotated keys and values ``[B, T, Hkv, D]`` of ``x``.
+        """Rotated queries ``[B, T, H, D]``, rotated keys and values ``[B, T, Hkv, D]`` of ``x``
+        (``[B, T, E]``, or ``[B, E]`` for one token a row: then ``T = 1``).
 
         ``cos``/``sin`` are ``Rope.tables`` (full head width, broadcast over heads).
         """
-        B, T, _ = x.shape
+        # a static step's [B, E] rows are one token each: no shape reads (a trace records them)
+        B, T = (-1, 1) if x.dim() == 2 else x.shape[:2]
         H, Hkv, D = self.n_head, self.n_head_kv, self.head_dim
         qkv = self.wqkv(x)
         if qkv.dtype != x.dtype:         # a quantized product's bf16 result: attention in x's dtype
@@ -91,13 +93,16 @@ class Attention(nn.Module):
         return rope.rotate(q, cos, sin), rope.rotate(k, cos, sin), v
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-               mask: torch.Tensor) -> torch.Tensor:
-        """Output projection of ``q [B, T, H, D]`` attending over ``keys/values [B, Hkv, L, D]``."""
+               mask: torch.Tensor, one_token: bool = False) -> torch.Tensor:
+        """Output projection of ``q [B, T, H, D]`` attending over ``keys/values [B, Hkv, L, D]``:
+        ``[B, T, E]``, or ``[B, E]`` with ``one_token`` (``T == 1``)."""
         if self.softcap:
             y = _softcapped_attention(q.transpose(1, 2), keys, values, mask, self.scale, self.softcap)
         else:
             y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
                                                scale=self.scale, enable_gqa=self.n_head != self.n_head_kv)
+        if one_token:                                              # [B, H, 1, D] -> [B, H * D]
+            return self.wo(y.reshape(-1, self.n_head * self.head_dim))
         return self.wo(y.transpose(1, 2).flatten(2))              # [B, T, H * D]
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: Rope,
