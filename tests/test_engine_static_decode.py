@@ -359,3 +359,19 @@ def test_auto_leaves_a_model_with_per_product_dequantization_eager_on_the_cpu(ti
     assert again.tokens == got.tokens
     f32 = Model.load(tiny_path(tiny_gguf_dir, "llama", "F32"), device="cpu", n_ctx=64, progress=False)
     assert f32.decode_mode == "trace"
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma2", "gemma3", "phi3"])
+def test_static_and_traced_steps_follow_eager_on_the_other_architectures(tmp_path, arch: str) -> None:
+    # Q/K norms (qwen3, gemma3), soft-capped attention and post norms (gemma2), sliding windows
+    # with their own rope (gemma3), fused projections (phi3): one-token rows through each
+    from halter.engine import build_tiny_gguf
+    path = build_tiny_gguf(tmp_path / f"{arch}.gguf", arch=arch, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, seed=4)
+    out = {}
+    for mode in ("eager", "static", "trace"):
+        m = Model.load(path, n_ctx=64, n_seq_max=3, progress=False, decode=mode)
+        m.eval_prompt(_tokens(12, 1), 0)
+        m.eval_prompt(_tokens(6, 2), 1)
+        out[mode] = [m.decode([[5]], [0]), m.decode([[6], [7]], [0, 1]), m.decode([[8]], [1])]
+    for mode in ("static", "trace"):
+        assert all(_close(a, b, 1e-4) for a, b in zip(out[mode], out["eager"])), mode
