@@ -18,7 +18,7 @@ Depths are memoised per set: along a key or a count, the next position's search 
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from halter.grammar.contexts import OPAQUE_ID
 
@@ -141,39 +141,18 @@ class PositionDepth:
         """The depth of slice ``k`` from the opaque node of ``d`` (at most ``limit``), or None where
         the search meets a set that calls otherwise (parser states are needed). ``classes[u]`` /
         ``u2s[u]``: the slice's (class, next UTF-8 state) pairs per UTF-8 state; ``need[u]``: their
-        classes, as bits; ``need_all``: every class of the slice. Breadth first, as ``SliceDepth.depth``."""
+        classes, as bits; ``need_all``: every class of the slice. Breadth first (``breadth_depth``)."""
         first = self._close(((d, ()),), need_all)
         if first is NOT_SIMPLE:
             return None
         key = (first, k)
         if key in self._depth:
             return self._depth[key]
-        best = limit
-        level = [(first, 0)]
-        seen = {(first, 0)}
-        j = 0
-        while level and j < best:
-            nxt = []
-            for q, u in level:
-                succ = self._successors(q, u, k, classes, u2s, boundary, need, need_all)
-                if succ is NOT_SIMPLE:
-                    self._depth[key] = None
-                    return None
-                if succ is None:
-                    best = j
-                    break
-                for t in succ:
-                    if t not in seen:
-                        seen.add(t)
-                        known = self._depth.get((t[0], k)) if t[1] == 0 else None
-                        if known is not None:
-                            best = min(best, j + 1 + known)
-                        else:
-                            nxt.append(t)
-            level = nxt
-            j += 1
-        self._depth[key] = best
-        return best
+        memo = self._depth
+        best = breadth_depth((first, 0), lambda q, u: self._successors(q, u, k, classes, u2s, boundary, need, need_all),
+                             lambda t: memo.get((t[0], k)) if t[1] == 0 else None, limit)
+        memo[key] = None if best is NOT_SIMPLE else best
+        return memo[key]
 
     def _successors(self, q: tuple, u: int, k: int, classes: list, u2s: list, boundary, need: list, need_all: int):
         """(position set, UTF-8 state) pairs after one more character of the slice from the set
@@ -218,3 +197,36 @@ class PositionDepth:
             result = tuple(out)
         self._succ[at] = result
         return result
+
+
+def breadth_depth(start: tuple, successors: "Callable[[Any, int], Any]", known: "Callable[[tuple], int | None]",
+                  best: int) -> "int | bool":
+    """The depth of a slice from the pair ``start`` (what lies between characters: a state or set
+    of positions, and the slice's UTF-8 state), breadth first, at most ``best``.
+
+    ``successors(x, u)`` gives the pairs after one more character (None where some character kills
+    the parse, ``NOT_SIMPLE`` to give up); ``known(t)`` the depth already known beyond a pair, or
+    None. A pair met on an earlier level is not expanded again (its strings were checked from a
+    shorter prefix). Returns the depth, or ``NOT_SIMPLE``.
+    """
+    level, seen, j = [start], {start}, 0
+    while level and j < best:
+        nxt = []
+        for x, u in level:
+            succ = successors(x, u)
+            if succ is NOT_SIMPLE:
+                return NOT_SIMPLE
+            if succ is None:             # a character read after j of them kills the parse
+                best = j
+                break
+            for t in succ:
+                if t not in seen:
+                    seen.add(t)
+                    depth = known(t)
+                    if depth is not None:
+                        best = min(best, j + 1 + depth)
+                    else:
+                        nxt.append(t)
+        level = nxt
+        j += 1
+    return best

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from halter.grammar.position_depth import PositionDepth
+from halter.grammar.position_depth import PositionDepth, breadth_depth
 from halter.grammar.slices import DEAD, N_UTF8, SLICES, TrieSlices
 
 if TYPE_CHECKING:
@@ -126,26 +126,8 @@ class SliceDepth:
             if got is not None:
                 memo[start.id] = got
                 return got
-        level = [(start.id, 0)]
-        seen = {(start.id, 0)}
-        j = 0
-        while level and j < best:
-            nxt = []
-            for pair in level:
-                succ = self.successors(pair[0], pair[1], k)
-                if succ is None:             # a character read after j of them kills the parse
-                    best = j
-                    break
-                for t in succ:
-                    if t not in seen:
-                        seen.add(t)
-                        known = memo.get(t[0]) if t[1] == 0 else None
-                        if known is not None:
-                            best = min(best, j + 1 + known)
-                        else:
-                            nxt.append(t)
-            level = nxt
-            j += 1
+        best = breadth_depth((start.id, 0), lambda sid, u: self.successors(sid, u, k),
+                             lambda t: memo.get(t[0]) if t[1] == 0 else None, best)
         memo[start.id] = best
         return best
 
