@@ -30,6 +30,48 @@ EXACT_STATES = 64
 """States per level past which ``SliceDepth.exact`` gives up (a count has a few per level)."""
 
 
+_SLICE_STEPS: list = [None] * len(SLICES)
+"""Per slice: (UTF-8 state, byte, next UTF-8 state) of every byte it reads, the same for every grammar."""
+_SLICE_FIRST: list = [None] * len(SLICES)
+"""Per slice: the bytes a character of it may start with."""
+_CLASS_MEMO: dict = {}
+"""(slice, the grammar's byte classes) -> ``_slice_classes``: schemas often share their classes."""
+
+
+def _slice_classes(k: int, class_of) -> tuple:
+    """Slice ``k``'s steps in a grammar's byte classes: per UTF-8 state the classes its bytes fall in
+    with the next UTF-8 state (sorted by class), the classes as bits (per state and all), the boundary
+    states and, per state, a picker of those classes' entries from a row of next positions."""
+    class_of = np.asarray(class_of, dtype=np.int64)
+    key = (k, class_of.tobytes())
+    got = _CLASS_MEMO.get(key)
+    if got is not None:
+        return got
+    steps = _SLICE_STEPS[k]
+    if steps is None:
+        table = SLICES[k].table[:N_UTF8]
+        u, b = np.nonzero(table != DEAD)
+        steps = _SLICE_STEPS[k] = (u, b, table[u, b].astype(np.int64))
+    u, b, nxt = steps
+    n_cls, width = int(class_of.max()) + 1, N_UTF8 + 1
+    seen = np.zeros((N_UTF8, n_cls, width), dtype=bool)    # each (state, class, next state) once, sorted
+    seen[u, class_of[b], nxt] = True
+    su, sc, sn = np.nonzero(seen)
+    cut = np.searchsorted(su, np.arange(N_UTF8 + 1)).tolist()
+    sc, sn = sc.tolist(), sn.tolist()
+    cls = [tuple(sc[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
+    u2s = [tuple(sn[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
+    need = [sum(1 << c for c in set(row)) for row in cls]
+    need_all = 0
+    for bits in need:
+        need_all |= bits
+    pick = [itemgetter(*row) if len(row) > 1 else (lambda r, row=row: tuple(r[c] for c in row)) for row in cls]
+    got = _CLASS_MEMO[key] = (cls, u2s, need, need_all, SLICES[k].boundary.tolist(), pick)
+    if len(_CLASS_MEMO) > 4096:
+        _CLASS_MEMO.pop(next(iter(_CLASS_MEMO)))
+    return got
+
+
 class SliceDepth:
     """Slice depths of the parser states of one state space (memoised per state and slice)."""
 
@@ -54,29 +96,29 @@ class SliceDepth:
         self._boundary: list = [None] * len(SLICES)
         self._positions = PositionDepth(space, self._read_bits)
         self._need: list = [None] * len(SLICES)           # per slice and UTF-8 state: its classes, as bits
+        self._first_need: list = [None] * len(SLICES)     # per slice: its first bytes' classes, as bits
         self._reads: dict[int, int] = {}                  # position -> the classes it reads, as bits
         self._read_rows: np.ndarray | None = None
 
     def _prepare(self, k: int) -> None:
         if self._cls[k] is None:
-            # every (UTF-8 state, class, next UTF-8 state) triple of the slice's bytes, sorted by
-            # state then class by one np.unique, then cut per UTF-8 state
-            class_of = np.asarray(self.space.class_of, dtype=np.int64)
-            table = SLICES[k].table[:N_UTF8].astype(np.int64)
-            n_cls, width = int(class_of.max()) + 1, N_UTF8 + 1
-            u, b = np.nonzero(table != DEAD)
-            keys = np.unique((u * n_cls + class_of[b]) * width + table[u, b])
-            rest = keys % (n_cls * width)
-            cls, u2 = (rest // width).tolist(), (rest % width).tolist()
-            cut = np.searchsorted(keys // (n_cls * width), np.arange(N_UTF8 + 1)).tolist()
-            self._cls[k] = [tuple(cls[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
-            self._u2s[k] = [tuple(u2[cut[i]:cut[i + 1]]) for i in range(N_UTF8)]
-            self._need[k] = [sum(1 << c for c in set(row)) for row in self._cls[k]]
-            self._need_all[k] = sum(1 << c for c in set().union(*self._cls[k]))
-            self._boundary[k] = SLICES[k].boundary.tolist()
-            # per UTF-8 state: a row of next positions -> the entries of its classes, as a tuple
-            self._pick[k] = [itemgetter(*row) if len(row) > 1 else (lambda r, row=row: tuple(r[c] for c in row))
-                             for row in self._cls[k]]
+            (self._cls[k], self._u2s[k], self._need[k], self._need_all[k], self._boundary[k],
+             self._pick[k]) = _slice_classes(k, self.space.class_of)
+
+    def _reads_first(self, start: "Node", k: int) -> bool:
+        """Whether ``start``'s items read every class of the slice's first bytes (a depth of 1 or
+        more needs it): a check far cheaper than preparing the slice, which most states fail."""
+        need = self._first_need[k]
+        if need is None:
+            first = _SLICE_FIRST[k]
+            if first is None:
+                first = _SLICE_FIRST[k] = np.flatnonzero(SLICES[k].table[0] != DEAD)
+            classes = np.asarray(self.space.class_of, dtype=np.int64)[first]
+            need = self._first_need[k] = sum(1 << c for c in set(classes.tolist()))
+        have = 0
+        for d, _ in start.scan:
+            have |= self._reads.get(d) or self._read_bits(d)
+        return not need & ~have
 
     def _read_bits(self, d: int) -> int:
         """The byte classes position ``d`` reads, as the bits of an int (memoised)."""
@@ -117,6 +159,9 @@ class SliceDepth:
         hit = memo.get(start.id)
         if hit is not None:
             return hit
+        if not self._reads_first(start, k):      # some first byte of the slice is read by no item
+            memo[start.id] = 0
+            return 0
         self._prepare(k)
         best = min(self.slices.max_len[k], MAX_DEPTH)
         d = self._positions.own_position(start) if self.by_positions else None

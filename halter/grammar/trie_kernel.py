@@ -283,16 +283,15 @@ class TrieKernel:
 
     def _make_opaque(self, targets: np.ndarray) -> None:
         tt, space = self.tt, self.tt.space
-        next_pos = tt.next_positions()
-        frontier = targets[targets >= 0]
+        next_pos, opaque_ids = tt.next_positions(), tt.opaque_ids
+        frontier = targets[targets >= 0].tolist()       # a few dozen positions: sets, not np.unique
         for _ in range(self.LOOKAHEAD):
-            frontier = frontier[tt.opaque_ids[frontier] < 0]
-            if not len(frontier):
+            new = sorted({t for t in frontier if opaque_ids[t] < 0})
+            if not new:
                 break
-            frontier = np.unique(frontier)
-            for t in frontier.tolist():
+            for t in new:
                 node = space.opaque_node(t)
                 tt.register(node)
-                tt.opaque_ids[t] = node.id
-            frontier = next_pos[frontier].ravel()
-            frontier = frontier[frontier >= 0]
+                opaque_ids[t] = node.id
+            rows = next_pos[new]
+            frontier = rows[rows >= 0].tolist()
