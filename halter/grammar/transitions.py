@@ -15,6 +15,10 @@ from halter.grammar.parser_state import OPAQUE_ID, Node, StateSpace
 from halter.grammar.trie_walk import sorted_unique
 
 
+SMALL = 32
+"""``step`` on at most this many pairs runs one pair at a time."""
+
+
 class TransitionTable:
     """Vectorised access to a state space's transition table; -1 = not computed yet."""
 
@@ -101,9 +105,16 @@ class TransitionTable:
         walks) steps to the opaque node of the next position: those are looked up together, and
         only positions met for the first time build a node.
         """
+        if len(states) <= SMALL:
+            return self._step_few(states, classes)
         nxt = self.table[states, classes]
         unknown = nxt < 0
-        if unknown.any():
+        few = np.flatnonzero(unknown) if unknown.any() else ()
+        if 0 < len(few) <= SMALL:            # a few unknown among many known: one at a time
+            for i, s, c in zip(few.tolist(), states[few].tolist(), classes[few].tolist()):
+                nxt[i] = self._step_one(s, c)
+            return nxt
+        if len(few):
             us, uc = states[unknown], classes[unknown]
             pos = self.single_pos[us]
             single = pos >= 0
@@ -128,3 +139,31 @@ class TransitionTable:
                 self.register(self.space.step_class(nodes[s], c))     # (step_class writes the table)
             nxt = self.table[states, classes]
         return nxt
+
+    def _step_few(self, states: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """``step`` for a few pairs, one at a time (array operations cost more than they save here)."""
+        out = np.empty(len(states), dtype=np.int32)
+        for i, (s, c) in enumerate(zip(states.tolist(), classes.tolist())):
+            out[i] = self._step_one(s, c)
+        return out
+
+    def _step_one(self, s: int, c: int) -> int:
+        """The transition of state ``s`` on class ``c``, computed and stored if unknown (as ``step``)."""
+        nid = int(self.table[s, c])
+        if nid >= 0:                         # (an earlier pair of the same call made it)
+            return nid
+        pos = int(self.single_pos[s])
+        if pos >= 0:
+            target = int(self.next_positions()[pos, c])
+            if target != -2:                 # -2: another item reads the class, stepped below
+                nid = 0
+                if target >= 0:
+                    nid = int(self.opaque_ids[target])
+                    if nid < 0:
+                        node = self.space.opaque_node(target)
+                        self.register(node)
+                        nid = self.opaque_ids[target] = node.id
+                self.table[s, c] = nid
+                return nid
+        self.register(self.space.step_class(self.space.nodes[s], c))    # (step_class writes the table)
+        return int(self.table[s, c])
