@@ -98,6 +98,7 @@ class SliceDepth:
         self._need: list = [None] * len(SLICES)           # per slice and UTF-8 state: its classes, as bits
         self._first_need: list = [None] * len(SLICES)     # per slice: its first bytes' classes, as bits
         self._reads: dict[int, int] = {}                  # position -> the classes it reads, as bits
+        self._node_have: dict[int, int] = {}              # state id -> the classes its items read, as bits
         self._read_rows: np.ndarray | None = None
 
     def _prepare(self, k: int) -> None:
@@ -115,10 +116,17 @@ class SliceDepth:
                 first = _SLICE_FIRST[k] = np.flatnonzero(SLICES[k].table[0] != DEAD)
             classes = np.asarray(self.space.class_of, dtype=np.int64)[first]
             need = self._first_need[k] = sum(1 << c for c in set(classes.tolist()))
-        have = 0
-        for d, _ in start.scan:
-            have |= self._reads.get(d) or self._read_bits(d)
-        return not need & ~have
+        return not need & ~self._node_reads(start)
+
+    def _node_reads(self, node: "Node") -> int:
+        """The byte classes some item of ``node`` reads, as bits (memoised per state)."""
+        have = self._node_have.get(node.id)
+        if have is None:
+            have = 0
+            for d, _ in node.scan:
+                have |= self._reads.get(d) or self._read_bits(d)
+            self._node_have[node.id] = have
+        return have
 
     def _read_bits(self, d: int) -> int:
         """The byte classes position ``d`` reads, as the bits of an int (memoised)."""
@@ -193,10 +201,7 @@ class SliceDepth:
         out: set = set()
         node = nodes[sid]
         result: tuple | None = None
-        have = 0
-        for d, _ in node.scan:
-            have |= self._reads.get(d) or self._read_bits(d)
-        if self._need[k][u] & ~have:                      # a class no item reads: dead at once
+        if self._need[k][u] & ~self._node_reads(node):                      # a class no item reads: dead at once
             memo[at] = None
             return None
         for cls, u2, _read in self._groups(node, u, k):   # (every class is read by some item)

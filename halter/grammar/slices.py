@@ -133,6 +133,7 @@ class TrieSlices:
         self.token_len: list[np.ndarray] = []
         self.max_len: list[int] = []             # the longest token in the class (0: none)
         self._bits: dict[tuple[int, int], np.ndarray] = {}
+        self._n_covered: dict[tuple[int, int], int] = {}
         self._esc: dict[tuple, np.ndarray] = {}
         for sl in SLICES:
             node_max, row_len, prefix_len = _lengths(trie, sl)
@@ -192,8 +193,12 @@ class TrieSlices:
         return got
 
     def n_covered(self, k: int, depth: int) -> int:
-        """How many tokens ``covered_bits(k, depth)`` holds."""
-        return int(np.unpackbits(self.covered_bits(k, depth).view(np.uint8)).sum())
+        """How many tokens ``covered_bits(k, depth)`` holds (memoised)."""
+        depth = min(depth, self.max_len[k])
+        n = self._n_covered.get((k, depth))
+        if n is None:
+            n = self._n_covered[(k, depth)] = int(np.count_nonzero(self.token_len[k] <= depth))
+        return n
 
 
 def _lengths(trie: "TokenTrie", sl: Slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ class TransitionTable:
         self.n_classes = space.a.n_classes
         self.class_of = np.asarray(space.class_of, dtype=np.int64)
         self._dead: dict[int, np.ndarray] = {}         # position -> classes it cannot read
+        self._dead_sets: dict[tuple, np.ndarray] = {}  # positions -> classes none of them reads
         self._registered = bytearray()                # state -> its dead classes are filled in
         self._next_pos: np.ndarray | None = None       # next_array, copied when first needed
         self.opaque_ids = np.full(space.a.n_positions, -1, dtype=np.int32)  # position -> its opaque node, registered
@@ -67,7 +68,11 @@ class TransitionTable:
             elif len(scan) == 1:
                 row[self._position_dead(scan[0][0])] = 0
             else:
-                row[np.logical_and.reduce([self._position_dead(d) for d, _ in scan])] = 0
+                ds = tuple(d for d, _ in scan)           # states differing by contexts alone share it
+                dead = self._dead_sets.get(ds)
+                if dead is None:
+                    dead = self._dead_sets[ds] = np.logical_and.reduce([self._position_dead(d) for d in ds])
+                row[dead] = 0
                 self._single_with_calls(node)
 
     def _single_with_calls(self, node: Node) -> None:
