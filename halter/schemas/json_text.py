@@ -161,17 +161,22 @@ class JsonText:
         self.integer_fractions = integer_fractions      # integers may be written 3.0 (the spec: yes)
         self.finite_numbers = finite_numbers            # numbers stay below a double's overflow
         self._class_rules: dict[tuple, RuleRef] = {}
+        self._ws: Expr | None = None
 
     # whitespace -------------------------------------------------------------------------------
     def ws(self) -> Expr:
         """Optional whitespace between tokens: none, 1-4 spaces/tabs, or a newline + indentation."""
+        if self._ws is not None:                 # (called between every two tokens: made once)
+            return self._ws
         if self.compact:
-            return Literal("")
+            self._ws = Literal("")
+            return self._ws
         blank = CharClass(((0x09, 0x09), (0x20, 0x20)))
         newline = self.rules.fixed("ws-nl", cat(Repeat(Literal("\r"), 0, 1), Literal("\n"),
                                                 Repeat(blank, 0, MAX_INDENT)))
         more = self.rules.fixed("ws-blank", Repeat(blank, 0, 3))
-        return self.rules.fixed("ws", Repeat(alt(cat(blank, more), newline), 0, 1))
+        self._ws = self.rules.fixed("ws", Repeat(alt(cat(blank, more), newline), 0, 1))
+        return self._ws
 
     def tok(self, text: str) -> Expr:
         """A structural token followed by optional whitespace."""
