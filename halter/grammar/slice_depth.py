@@ -144,8 +144,10 @@ class SliceDepth:
         for k, sl in enumerate(SLICES):
             if not self.slices.max_len[k] or (uniform and not sl.uniform):
                 continue
-            if k and best_d:
+            if k and best_d and best_k == 0:
                 break          # a string's characters: the others (subsets of them) are for code
+            # (the code slices are all tried: after `(` in C a word has depth 1 (`1a` is no token
+            # of C), an identifier, possibly after a space, the whole 32)
             d = self.depth(start, k)
             if d:
                 n = self.slices.n_covered(k, d)
