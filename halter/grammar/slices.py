@@ -5,8 +5,9 @@ A position's token tables come from walking the whole token trie from the positi
 token survives its first byte, so that walk visits most of the trie (~200k nodes on a 100k
 vocabulary). Most of those tokens are made only of characters the position reads in a loop. A
 *slice* is such a class (``SLICES``): string characters (no ``"``, no ``\\``, no control character,
-valid UTF-8), word characters (``[A-Za-z0-9_]``), identifiers (no digit first), and words or
-identifiers after one space (byte-level tokenizers' words). Per vocabulary and slice, computed once:
+valid UTF-8), word characters (``[A-Za-z0-9_]``), identifiers (no digit first), words or
+identifiers after one space (byte-level tokenizers' words), and identifiers after exactly one space
+(after a keyword: ``int x``). Per vocabulary and slice, computed once:
 
 * the *character length* of every token that is all made of the class's characters (others: ``NOT``);
 * per trie node, the longest such length among the tokens below it (``NOT`` where one is not in
@@ -84,12 +85,13 @@ def _word_bytes() -> np.ndarray:
     return ok
 
 
-def _word_start_table(first: np.ndarray, spaced: bool) -> np.ndarray:
+def _word_start_table(first: np.ndarray, spaced: bool, space_needed: bool = False) -> np.ndarray:
     """Words whose first character is in ``first`` (from state 0; after one space if ``spaced``:
-    state 2), then word characters (state 1)."""
+    state 2; only after one if ``space_needed``), then word characters (state 1)."""
     t = np.full((N_UTF8 + 1, 256), DEAD, dtype=np.int8)
-    t[0, first] = 1
-    if spaced:
+    if not space_needed:
+        t[0, first] = 1
+    if spaced or space_needed:
         t[0, ord(" ")] = 2
         t[2, first] = 1
     t[1, _word_bytes()] = 1
@@ -119,6 +121,7 @@ SLICES: tuple[Slice, ...] = (
     Slice("ident", _word_start_table(_ident_first(), False), (1,)),        # identifiers: no digit first
     Slice("spaced word", _word_start_table(_word_bytes(), True), (1,)),    # a word after one space, or none
     Slice("spaced ident", _word_start_table(_ident_first(), True), (1,)),  # an identifier after one space, or none
+    Slice("space ident", _word_start_table(_ident_first(), False, True), (1,)),  # one space, then an identifier
 )
 """The slices, in the order ``slice_depth.SliceDepth.best`` tries them."""
 
