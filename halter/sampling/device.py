@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from halter.grammar.bitmask import apply_bitmask
+from halter.grammar.bitmask import apply_bitmask, bitmask_to_bool
 from halter.sampling.params import SamplingParams
 from halter.sampling.rng import LLAMA_DEFAULT_SEED, Mt19937, resolve_seed
 
@@ -170,8 +170,7 @@ class DeviceSampler:
         past ``vocab_size``)."""
         keep = np.ones((2, n_logits), dtype=bool)
         n = min(vocab_size, n_logits, 32 * len(bitmask))
-        words = np.ascontiguousarray(bitmask, dtype=np.int32).view(np.uint8)
-        keep[1, :n] = np.unpackbits(words, count=n, bitorder="little").view(bool)
+        keep[1, :n] = bitmask_to_bool(bitmask, n)
         keep[1, n:] = False
         return keep
 
