@@ -7,6 +7,7 @@ when a kernel is first needed, never when halter is imported.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Any, Callable, TypeVar
 
@@ -26,6 +27,13 @@ def numba_module() -> Any:
         except ImportError:                    # pragma: no cover
             _module.append(None)
     return _module[0]
+
+
+def available() -> bool:
+    """Would ``numba_module()`` find numba? Answered without importing it (that costs ~0.5 s)."""
+    if _module:
+        return _module[0] is not None
+    return not os.environ.get("HALTER_NO_NUMBA") and importlib.util.find_spec("numba") is not None
 
 
 def build_once(build: Callable[[Any], T]) -> T | None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import torch
 
+from halter.engine import fused_decode
 from halter.engine.config import ModelConfig
 from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
@@ -173,8 +174,14 @@ class Model:
         there falls back to the untraced step with a warning.
         """
         resolved = resolve_mode(mode, self.device)
-        if mode == "auto" and resolved == "trace" and self._dequantizes_per_product():
+        if mode == "auto" and resolved == "trace" and fused_decode.unsupported(self.net, self.cache) is None:
+            resolved = "fused"
+        elif mode == "auto" and resolved == "trace" and self._dequantizes_per_product():
             resolved = "eager"      # the tracer cannot record block decoding (dtype views): see above
+        elif resolved == "fused":
+            reason = fused_decode.unsupported(self.net, self.cache)
+            if reason is not None:
+                raise ValueError(f"decode mode 'fused' cannot run this model: {reason}")
         if min_span is None:
             min_span = 256 if self.device.type == "cuda" else 64
         governor = ThreadGovernor(torch.get_num_threads()) \

@@ -30,12 +30,13 @@ import numpy as np
 import torch
 
 from halter.engine import gemv
+from halter.engine.fused_decode import MAX_SPAN, FusedStep
 from halter.engine.kv_cache import KVCache
 from halter.engine.rope import Rope
 from halter.engine.thread_governor import ThreadGovernor
 from halter.engine.transformer import Transformer
 
-DECODE_MODES = ("auto", "eager", "static", "trace", "compile", "cuda-graph")
+DECODE_MODES = ("auto", "eager", "static", "trace", "fused", "compile", "cuda-graph")
 _TOKEN, _POS, _CELL, _ACTIVE, _ORDER = range(5)      # rows of a step's input buffer
 
 
@@ -47,6 +48,8 @@ def resolve_mode(mode: str, device: torch.device) -> str:
         return "cuda-graph" if device.type == "cuda" else "trace"
     if mode == "cuda-graph" and device.type != "cuda":
         raise ValueError(f"decode mode 'cuda-graph' needs a CUDA device; this model is on {device}")
+    if mode == "fused" and device.type != "cpu":
+        raise ValueError(f"decode mode 'fused' runs on the CPU; this model is on {device}")
     return mode
 
 
@@ -170,7 +173,8 @@ class StaticDecoder:
     """Runs ``Model.decode``'s one-token steps through ``StaticStep``s in one of the static modes.
 
     ``mode``: ``"static"`` (the step as is), ``"trace"`` (``torch.jit.trace`` per bucket on first
-    use), ``"compile"`` (``torch.compile`` with ``backend``, default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
+    use), ``"fused"`` (one-row buckets up to ``fused_decode.MAX_SPAN`` cells run ``FusedStep``,
+    the others are traced), ``"compile"`` (``torch.compile`` with ``backend``, default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
     ``backend``, the step compiled with it is what is captured: fused kernels, fewer launches).
     ``min_span`` is the smallest attention span bucket. With a ``governor`` (CPU), each step runs
     on the thread count it chooses.
@@ -178,8 +182,9 @@ class StaticDecoder:
 
     def __init__(self, net: Transformer, rope: Rope, cache: KVCache, mode: str,
                  backend: Any = None, min_span: int = 256, governor: ThreadGovernor | None = None) -> None:
-        if mode not in ("static", "trace", "compile", "cuda-graph"):
-            raise ValueError(f"StaticDecoder mode must be static, trace, compile or cuda-graph, not {mode!r}")
+        if mode not in ("static", "trace", "fused", "compile", "cuda-graph"):
+            raise ValueError(f"StaticDecoder mode must be static, trace, fused, compile or cuda-graph, "
+                             f"not {mode!r}")
         self.net, self.rope, self.cache, self.mode = net, rope, cache, mode
         self.buckets = bucket_sizes(cache.n_seq)
         self.spans = span_sizes(cache.n_ctx, min_span)
@@ -190,6 +195,9 @@ class StaticDecoder:
                                            backend="inductor" if backend is None else backend)
         self._pool: Any = None
         self.governor = governor
+        # TorchScript's tracer cannot record a product that decodes blocks (dtype views): in
+        # "fused" mode such a model's other buckets run the plain step, without trying
+        self._traceable = not any("dequant" in getattr(m, "kernels", ()) for m in net.modules())
 
     def bucket(self, n_rows: int, n_cells: int) -> tuple[int, int]:
         """The smallest bucket holding cache rows ``0..n_rows-1`` and cells ``0..n_cells-1``."""
@@ -235,8 +243,37 @@ class StaticDecoder:
                 st.run = self._checked(st, self._capture, "CUDA graph capture", "uncaptured", 1e-3)
         elif self.mode == "cuda-graph":
             st.run = self._checked(st, self._capture, "CUDA graph capture", "uncaptured", 1e-3)
-        elif self.mode == "trace":
+        elif self.mode == "fused" and st.B == 1 and st.span <= MAX_SPAN:
+            st.run = self._checked_fused(st)
+        elif self.mode == "trace" or (self.mode == "fused" and self._traceable):
             st.run = self._checked(st, self._trace, "tracing the decode step", "untraced", 0.0)
+
+    def _checked_fused(self, st: StaticStep) -> Callable[[], None]:
+        """A ``FusedStep`` for the one-row bucket, checked once against the plain step on token 0
+        at position 0 in cell 0 (which ``step_for`` restores); the traced step where it fails
+        (the plain one for a model the tracer cannot record).
+
+        The two round differently (the order of float32 sums), so the check wants the logits'
+        difference within 5 % of their norm: it catches a kernel that is wrong, not rounding."""
+        try:
+            fused = FusedStep(self.net, self.rope, self.cache, st.inputs, st.logits)
+            st.host[:] = 0
+            st.host[_ACTIVE] = 1
+            fused.run()
+            got = st.logits.clone()
+            st.forward()
+            if not bool(((got - st.logits).norm() <= 0.05 * st.logits.norm()).item()):
+                raise RuntimeError("its logits differ from the plain step's")
+            return fused.run
+        except Exception as exc:  # noqa: BLE001 - any failure degrades to the traced step
+            warnings.warn(f"the fused decode step for bucket (B=1, span={st.span}) failed "
+                          f"({type(exc).__name__}: {exc}); this bucket runs the static step "
+                          f"{'traced' if self._traceable else 'untraced'}", RuntimeWarning, stacklevel=3)
+            if not self._traceable:
+                return st.forward
+            return self._checked(st, self._trace, "tracing the decode step", "untraced", 0.0)
+        finally:
+            st.host[:] = 0
 
     def _trace(self, st: StaticStep) -> Callable[[], None]:
         """The step's layers recorded by ``torch.jit.trace`` (TorchScript): one C++ graph that runs

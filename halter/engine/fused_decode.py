@@ -1,0 +1,151 @@
+"""The CPU decode step for one sequence as products plus compiled glue (``decode="fused"``).
+
+A one-row step is the layers' quantized products (torch's int4 / bfloat16 kernels, as in every
+other mode) with one call of a ``fused_kernels`` kernel between each two of them: the norm before
+attention, attention itself (head norms, rotation, cache write, masked softmax over the row's cells,
+all in one), the residual and the FFN's norm, the gated activation. Four products and four compiled
+calls a layer, where the traced step runs ~50 torch operators a layer, each paying a few
+microseconds of dispatch. The embedding lookup and the head (final norm, output product,
+soft-capping) stay the model's own modules.
+
+It computes what ``static_decode.static_layers`` computes for a bucket of one row, in float32
+between bfloat16 products, with the same roundings to bfloat16 (the sums run in another order, so
+logits differ in their last bits, as two torch builds' would). Used for spans up to
+``MAX_SPAN`` cells: attention here is one thread, and over longer rows torch's (all threads) wins.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from halter import jit
+from halter.engine import fused_kernels
+from halter.engine.kv_cache import KVCache
+from halter.engine.qlinear import QLinear
+from halter.engine.rope import Rope
+from halter.engine.transformer import RMSNorm, Transformer
+
+MAX_SPAN = 1024            # longest attention span bucket a fused step serves (then: traced)
+_EMPTY = np.zeros(0, dtype=np.float32)
+
+
+def unsupported(net: Transformer, cache: KVCache) -> str | None:
+    """Why ``decode="fused"`` cannot run this model (None: it can)."""
+    c = net.config
+    if cache.k.device.type != "cpu":
+        return f"it runs on the CPU (this model is on {cache.k.device})"
+    if net.norm.weight.dtype != torch.float32 or cache.k.dtype != torch.float32:
+        return "it needs a float32 model (dtype=torch.float32)"
+    ffns = [layer.feed_forward for layer in net.layers]
+    linears = [m for layer in net.layers for m in (layer.attention.wqkv, layer.attention.wo)] + \
+        [m for ff in ffns for m in ((ff.w13,) if ff.w13 is not None else (ff.w1, ff.w3)) + (ff.w2,)]
+    if not all(isinstance(m, QLinear) for m in linears):
+        return "it needs quantized matrices kept quantized (weights='packed' on a quantized file)"
+    if c.n_head % c.n_head_kv:
+        return "query heads must be a multiple of key/value heads"
+    if not jit.available():
+        return "it needs numba (pip install numba; HALTER_NO_NUMBA unset)"
+    return None
+
+
+def _product(m: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The call computing module ``m``'s product of a ``[1, K]`` bfloat16 row: a single-part
+    ``QLinear`` without bias is called without its wrapper."""
+    one = getattr(m, "_one", None)
+    return one if one is not None and getattr(m, "bias", None) is None else m
+
+
+def _bits(y: torch.Tensor) -> np.ndarray:
+    """A product's ``[1, N]`` result as the kernels take it: bfloat16 as int16 bits, else float32."""
+    if y.dtype == torch.bfloat16:
+        return y.view(torch.int16).numpy()
+    return y.float().numpy()
+
+
+def _weight(norm: Any) -> np.ndarray:
+    """An ``RMSNorm``'s weight as float32 (an empty array for ``nn.Identity``)."""
+    return norm.weight.detach().numpy() if isinstance(norm, RMSNorm) else _EMPTY
+
+
+class FusedStep:
+    """Runs one-row decode steps of ``net`` over ``cache`` row 0 (see the module docstring).
+
+    ``inputs`` is the static step's ``[5, 1]`` host buffer (token, position, cell, …) and
+    ``logits`` its ``[1, n_vocab]`` output: ``run()`` reads the one and fills the other.
+    """
+
+    def __init__(self, net: Transformer, rope: Rope, cache: KVCache, inputs: torch.Tensor,
+                 logits: torch.Tensor) -> None:
+        reason = unsupported(net, cache)
+        if reason is not None:
+            raise ValueError(f"decode mode 'fused' cannot run this model: {reason}")
+        self.k = fused_kernels.build()
+        if self.k is None:
+            raise ValueError("decode mode 'fused' cannot run this model: numba failed to load")
+        c = net.config
+        self.net, self.cache, self.inputs, self.logits = net, cache, inputs, logits
+        self.host = inputs.numpy()
+        self.token = inputs[0][:1, None]                       # [1, 1], a view of the buffer
+        E, H, Hkv, D, F = c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff
+        self.dims = (H, Hkv, D, F)
+        self.eps = np.float32(c.norm_eps)
+        self.x = np.zeros(E, dtype=np.float32)                 # the residual stream
+        self.x_t = torch.from_numpy(self.x)
+        width = max(E, H * D, F)
+        self.xb_t = torch.zeros((1, width), dtype=torch.bfloat16)   # each product's input
+        self.xb = self.xb_t.view(torch.int16).numpy().view(np.uint16)[0]
+        self.tmp = np.zeros(max(E, 3 * (H + Hkv) * D, 4 * F), dtype=np.float32)
+        self.scores = np.zeros(cache.n_ctx, dtype=np.float32)
+        self.pos = cache.pos.numpy()
+        ropes = {False: rope, True: net.rope_swa or rope}
+        self.tables = {}
+        for sliding, r in ropes.items():
+            idx = np.arange(D)
+            h = r.rope_dim // 2
+            if r.kind == "norm":
+                idx[:r.rope_dim] ^= 1
+            else:
+                idx[:h], idx[h:r.rope_dim] = np.arange(h, r.rope_dim), np.arange(h)
+            self.tables[sliding] = (r.inv_freq.numpy(), r.kind == "neox", r.rope_dim, idx,
+                                    np.zeros(D, dtype=np.float32), np.zeros(D, dtype=np.float32))
+        self.layers = [self._layer(layer, E, H * D, F) for layer in net.layers]
+
+    def _layer(self, layer: Any, E: int, HD: int, F: int) -> tuple[Any, ...]:
+        at, ff = layer.attention, layer.feed_forward
+        qk = at.q_norm is not None
+        gate_up = (_product(ff.w13), None) if ff.w13 is not None else (_product(ff.w1), _product(ff.w3))
+        window = self.net.config.sliding_window if at.sliding else 0
+        return (_weight(layer.attention_norm), _product(at.wqkv),
+                _weight(at.q_norm) if qk else _EMPTY, _weight(at.k_norm) if qk else _EMPTY, qk,
+                self.cache.k[at.layer, 0].numpy(), self.cache.v[at.layer, 0].numpy(),
+                self.tables[at.sliding], window, np.float32(at.scale), np.float32(at.softcap or 0.0),
+                _product(at.wo), _weight(layer.post_attention_norm), _weight(layer.ffn_norm),
+                gate_up, _product(ff.w2), _weight(layer.post_ffn_norm), ff.gelu)
+
+    def run(self) -> None:
+        k, x, xb, tmp, eps = self.k, self.x, self.xb, self.tmp, self.eps
+        H, Hkv, D, F = self.dims
+        token, pos, cell = (int(v) for v in self.host[:3, 0])
+        self.pos[0, cell] = pos
+        n_cells = max(int(self.cache.used[0]), cell + 1)
+        for inv_freq, neox, rope_dim, _, cos, sin in self.tables.values():
+            k.rope_tables(inv_freq, neox, rope_dim, pos, cos, sin)
+        self.x_t.copy_(self.net.embed(self.token)[0, 0])
+        xE, xQ, xF = self.xb_t[:, :x.shape[0]], self.xb_t[:, :H * D], self.xb_t[:, :F]
+        add, post = _EMPTY[None], _EMPTY
+        for (norm_w, qkv, q_w, k_w, qk, kc, vc, (_, _, _, partner, cos, sin), window, scale, cap,
+             wo, post_attn, ffn_w, (gate_up, up), down, post_ffn, gelu) in self.layers:
+            k.residual_norm(x, add, add.size > 0, post, post.size > 0, eps, norm_w, tmp, xb)
+            k.attend(_bits(qkv(xE)), H, Hkv, D, q_w, k_w, qk, eps, cos, sin, partner, kc, vc, cell,
+                     self.pos[0], pos, n_cells, window, scale, cap, tmp, self.scores, xb)
+            k.residual_norm(x, _bits(wo(xQ)), True, post_attn, post_attn.size > 0, eps, ffn_w, tmp, xb)
+            g = _bits(gate_up(xE))
+            if up is None:
+                k.gated(g, 0, g, F, F, gelu, tmp, xb)
+            else:
+                k.gated(g, 0, _bits(up(xE)), 0, F, gelu, tmp, xb)
+            add, post = _bits(down(xF)), post_ffn
+        k.residual_norm(x, add, True, post, post.size > 0, eps, _EMPTY, tmp, xb)
+        self.logits.copy_(self.net.head(self.x_t[None]))
