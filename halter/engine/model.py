@@ -156,22 +156,26 @@ class Model:
 
     def set_decode(self, mode: str = "auto", *, backend: str | Callable[..., Any] | None = None,
                    min_span: int | None = None) -> None:
-        """How one-token decode steps run: ``"eager"``, ``"static"``, ``"trace"``, ``"compile"``,
-        ``"cuda-graph"``.
+        """How one-token decode steps run: ``"eager"``, ``"static"``, ``"trace"``, ``"fused"``,
+        ``"compile"``, ``"cuda-graph"``.
 
-        ``"auto"`` is ``"cuda-graph"`` on CUDA and ``"trace"`` on the CPU. The static modes run
-        ``halter.engine.static_decode``'s fixed-shape step (attention over a span bucket of cells:
-        powers of two from ``min_span`` (default 64 on the CPU, where attention's cost follows the
-        span, 256 on CUDA), and ``n_ctx``); ``"trace"`` records it per (batch, span) bucket on
-        first use with ``torch.jit.trace`` (a fraction of a second) and runs it as one TorchScript
-        graph; ``"compile"`` compiles it with ``torch.compile(backend=backend or "inductor")``,
-        ``"cuda-graph"`` captures one CUDA graph per bucket on first use (with a ``backend``, of
-        the step compiled with it: inductor fuses the elementwise work into fewer kernels). Prompt
-        chunks of several tokens and ``all_logits`` calls always run eagerly. Previously traced or
-        compiled steps and graphs are dropped. On the CPU, ``"auto"`` is ``"eager"`` for a model
-        with a matrix dequantized at every product (Q2_K, Q3_K, or rows the int4 kernel cannot
-        take): TorchScript's tracer cannot record its block decoding, and an explicit ``"trace"``
-        there falls back to the untraced step with a warning.
+        ``"auto"`` is ``"cuda-graph"`` on CUDA; on the CPU ``"fused"`` for a float32 model whose
+        matrices stay quantized (``weights="packed"``) where numba is installed, else ``"trace"``
+        (``"eager"`` for a model with a matrix dequantized at every product: Q2_K, Q3_K, or rows
+        the int4 kernel cannot take, whose block decoding TorchScript's tracer cannot record; an
+        explicit ``"trace"`` there falls back to the untraced step with a warning). The static
+        modes run ``halter.engine.static_decode``'s fixed-shape step (attention over a span bucket
+        of cells: powers of two from ``min_span`` (default 64 on the CPU, where attention's cost
+        follows the span, 256 on CUDA), and ``n_ctx``); ``"trace"`` records it per (batch, span)
+        bucket on first use with ``torch.jit.trace`` (a fraction of a second) and runs it as one
+        TorchScript graph; ``"fused"`` runs one-row steps (sequence 0 alone, spans up to 1,024
+        cells) as the products with numba-compiled code between them
+        (``halter.engine.fused_decode``) and traces the other buckets; ``"compile"`` compiles the
+        step with ``torch.compile(backend=backend or "inductor")``, ``"cuda-graph"`` captures one
+        CUDA graph per bucket on first use (with a ``backend``, of the step compiled with it:
+        inductor fuses the elementwise work into fewer kernels). Prompt chunks of several tokens
+        and ``all_logits`` calls always run eagerly. Previously traced or compiled steps and graphs
+        are dropped. An explicit ``"fused"`` the model cannot run raises ``ValueError`` saying why.
         """
         resolved = resolve_mode(mode, self.device)
         if mode == "auto" and resolved == "trace" and fused_decode.unsupported(self.net, self.cache) is None:
