@@ -87,6 +87,7 @@ def test_batches_and_long_spans_run_the_other_steps(tmp_path, monkeypatch) -> No
         out.append(steps + [m.decode([[9]], [0])])
     kinds = {key: type(getattr(st.run, "__self__", None)).__name__ for key, st in fused._static.steps.items()}
     assert kinds == {(1, 64): "FusedStep", (2, 128): "StaticStep", (1, 128): "StaticStep"}
+    assert not fused._static._rows            # sequence 1 alone had 76 cells: not fused
     assert _rel(out[0][0], out[1][0]) < 2e-2                 # the fused step
     for a, b in zip(out[0][1:], out[1][1:]):
         assert torch.equal(a, b)                             # the same plain steps, bit for bit
@@ -114,3 +115,21 @@ def test_fused_generation_matches_the_static_one(tmp_path) -> None:
             .generate([72, 101, 108, 108, 111], max_tokens=20, temperature=0.0, ignore_eos=True)
             for mode in ("fused", "static")]
     assert runs[0].tokens == runs[1].tokens
+
+
+def test_one_sequence_in_another_row_is_fused_too(tmp_path) -> None:
+    path = build_tiny_gguf(tmp_path / "q.gguf", dtype="Q4_0", seed=10)
+    out = {}
+    for mode in ("fused", "static"):
+        m = Model.load(path, n_ctx=64, n_seq_max=3, progress=False, decode=mode)
+        m.eval_prompt(_tokens(9, 1), 0)
+        m.eval_prompt(_tokens(6, 2), 2)
+        out[mode] = (m, [m.decode([[t]], [2])[0].clone() for t in _tokens(8, 3)] + [m.decode([[4]], [0])[0]])
+    fused, plain = out["fused"][0], out["static"][0]
+    assert set(fused._static._rows) == {2}
+    assert type(fused._static._rows[2].run.__self__) is fused_decode.FusedStep
+    assert max(_rel(a, b) for a, b in zip(out["fused"][1], out["static"][1])) < 2e-2
+    for a, b in ((fused.cache.k, plain.cache.k), (fused.cache.v, plain.cache.v)):
+        assert _rel(a[:, 2, :, :14], b[:, 2, :, :14]) < 1e-2
+        assert torch.equal(a[:, 1], b[:, 1]) and not a[:, 1].any()    # the rows between: untouched
+    assert torch.equal(fused.cache.pos, plain.cache.pos)

@@ -8,9 +8,12 @@ calls a layer, where the traced step runs ~50 torch operators a layer, each payi
 microseconds of dispatch. The embedding lookup and the head (final norm, output product,
 soft-capping) stay the model's own modules.
 
+``StaticDecoder`` runs it for the steps of one sequence decoding alone, in whichever cache row.
 It computes what ``static_decode.static_layers`` computes for a bucket of one row, in float32
-between bfloat16 products, with the same roundings to bfloat16 (the sums run in another order, so
-logits differ in their last bits, as two torch builds' would). Used for spans up to
+between bfloat16 products, with the same roundings to bfloat16; the sums run in another order, so
+where a product's input lies near a bfloat16 rounding boundary the two round it apart and the
+logits differ by ~0.2-3 % (relative norm; the traced step is no closer to the float32 reference
+than this one). Used for spans up to
 ``MAX_SPAN`` cells: attention here is one thread, and over longer rows torch's (all threads) wins.
 """
 from __future__ import annotations
@@ -70,14 +73,14 @@ def _weight(norm: Any) -> np.ndarray:
 
 
 class FusedStep:
-    """Runs one-row decode steps of ``net`` over ``cache`` row 0 (see the module docstring).
+    """Runs one-token decode steps of ``net`` for cache row ``row`` (see the module docstring).
 
-    ``inputs`` is the static step's ``[5, 1]`` host buffer (token, position, cell, …) and
+    ``inputs`` is a static step's ``[5, 1]`` host buffer (token, position, cell, …) and
     ``logits`` its ``[1, n_vocab]`` output: ``run()`` reads the one and fills the other.
     """
 
     def __init__(self, net: Transformer, rope: Rope, cache: KVCache, inputs: torch.Tensor,
-                 logits: torch.Tensor) -> None:
+                 logits: torch.Tensor, row: int = 0) -> None:
         reason = unsupported(net, cache)
         if reason is not None:
             raise ValueError(f"decode mode 'fused' cannot run this model: {reason}")
@@ -85,7 +88,7 @@ class FusedStep:
         if self.k is None:
             raise ValueError("decode mode 'fused' cannot run this model: numba failed to load")
         c = net.config
-        self.net, self.cache, self.inputs, self.logits = net, cache, inputs, logits
+        self.net, self.cache, self.inputs, self.logits, self.row = net, cache, inputs, logits, row
         self.host = inputs.numpy()
         self.token = inputs[0][:1, None]                       # [1, 1], a view of the buffer
         E, H, Hkv, D, F = c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff
@@ -119,7 +122,7 @@ class FusedStep:
         window = self.net.config.sliding_window if at.sliding else 0
         return (_weight(layer.attention_norm), _product(at.wqkv),
                 _weight(at.q_norm) if qk else _EMPTY, _weight(at.k_norm) if qk else _EMPTY, qk,
-                self.cache.k[at.layer, 0].numpy(), self.cache.v[at.layer, 0].numpy(),
+                self.cache.k[at.layer, self.row].numpy(), self.cache.v[at.layer, self.row].numpy(),
                 self.tables[at.sliding], window, np.float32(at.scale), np.float32(at.softcap or 0.0),
                 _product(at.wo), _weight(layer.post_attention_norm), _weight(layer.ffn_norm),
                 gate_up, _product(ff.w2), _weight(layer.post_ffn_norm), ff.gelu)
@@ -128,8 +131,9 @@ class FusedStep:
         k, x, xb, tmp, eps = self.k, self.x, self.xb, self.tmp, self.eps
         H, Hkv, D, F = self.dims
         token, pos, cell = (int(v) for v in self.host[:3, 0])
-        self.pos[0, cell] = pos
-        n_cells = max(int(self.cache.used[0]), cell + 1)
+        posrow = self.pos[self.row]
+        posrow[cell] = pos
+        n_cells = max(int(self.cache.used[self.row]), cell + 1)
         for inv_freq, neox, rope_dim, _, cos, sin in self.tables.values():
             k.rope_tables(inv_freq, neox, rope_dim, pos, cos, sin)
         self.x_t.copy_(self.net.embed(self.token)[0, 0])
@@ -139,7 +143,7 @@ class FusedStep:
              wo, post_attn, ffn_w, (gate_up, up), down, post_ffn, gelu) in self.layers:
             k.residual_norm(x, add, add.size > 0, post, post.size > 0, eps, norm_w, tmp, xb)
             k.attend(_bits(qkv(xE)), H, Hkv, D, q_w, k_w, qk, eps, cos, sin, partner, kc, vc, cell,
-                     self.pos[0], pos, n_cells, window, scale, cap, tmp, self.scores, xb)
+                     posrow, pos, n_cells, window, scale, cap, tmp, self.scores, xb)
             k.residual_norm(x, _bits(wo(xQ)), True, post_attn, post_attn.size > 0, eps, ffn_w, tmp, xb)
             g = _bits(gate_up(xE))
             if up is None:

@@ -173,8 +173,8 @@ class StaticDecoder:
     """Runs ``Model.decode``'s one-token steps through ``StaticStep``s in one of the static modes.
 
     ``mode``: ``"static"`` (the step as is), ``"trace"`` (``torch.jit.trace`` per bucket on first
-    use), ``"fused"`` (one-row buckets up to ``fused_decode.MAX_SPAN`` cells run ``FusedStep``,
-    the others are traced), ``"compile"`` (``torch.compile`` with ``backend``, default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
+    use), ``"fused"`` (one sequence over at most ``fused_decode.MAX_SPAN`` cells runs
+    ``FusedStep``, in whichever row it is; the other buckets are traced), ``"compile"`` (``torch.compile`` with ``backend``, default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
     ``backend``, the step compiled with it is what is captured: fused kernels, fewer launches).
     ``min_span`` is the smallest attention span bucket. With a ``governor`` (CPU), each step runs
     on the thread count it chooses.
@@ -189,6 +189,7 @@ class StaticDecoder:
         self.buckets = bucket_sizes(cache.n_seq)
         self.spans = span_sizes(cache.n_ctx, min_span)
         self.steps: dict[tuple[int, int], StaticStep] = {}
+        self._rows: dict[int, StaticStep] = {}     # "fused": one-row steps of rows other than 0
         self._compiled: Any = None
         if mode == "compile" or (mode == "cuda-graph" and backend is not None):
             self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
@@ -340,13 +341,31 @@ class StaticDecoder:
         st.graph = graph                                      # type: ignore[attr-defined]
         return graph.replay
 
+    def _fused_row(self, row: int, n_cells: int) -> StaticStep | None:
+        """A one-row step running ``FusedStep`` for cache row ``row``, when the fused step serves
+        this span (checked on row 0's bucket: the kernels do not depend on the row), else None."""
+        span = self.bucket(1, n_cells)[1]
+        if span > MAX_SPAN or not isinstance(getattr(self.step_for(1, span).run, "__self__", None), FusedStep):
+            return None
+        st = self._rows.get(row)
+        if st is None:
+            st = StaticStep(self.net, self.rope, self.cache, 1, span)     # its buffers
+            st.run = FusedStep(self.net, self.rope, self.cache, st.inputs, st.logits, row=row).run
+            self._rows[row] = st
+        return st
+
     def __call__(self, tokens: Sequence[int], seq_ids: Sequence[int], positions: np.ndarray,
                  cells: np.ndarray) -> torch.Tensor:
         """Logits ``[len(seq_ids), n_vocab]`` (a new tensor) of one token appended to each sequence.
 
         ``positions`` and ``cells`` were reserved in the cache already (host side only).
         """
-        st = self.step_for(*self.bucket(max(seq_ids) + 1, int(cells.max()) + 1))
+        st = self._fused_row(int(seq_ids[0]), int(cells.max()) + 1) if len(seq_ids) == 1 and seq_ids[0] \
+            and self.mode == "fused" else None
+        if st is not None:                      # one sequence in another row than 0: fused too
+            seq_ids = [0]                       # (its step's buffers have one row)
+        else:
+            st = self.step_for(*self.bucket(max(seq_ids) + 1, int(cells.max()) + 1))
         st.stage(tokens, seq_ids, positions, cells)
         if self.governor is not None:
             self.governor.step((st.B, st.span), st.run)
