@@ -43,8 +43,7 @@ def test_fused_steps_follow_the_traced_step(tmp_path, arch: str, dtype: str) -> 
     traced, want = _run(path, "static", feed)   # the steps "trace" records (some tiny outputs are
                                                  # too short for the int4 kernel: not traceable)
     assert fused.decode_mode == "fused"
-    st = fused._static.steps[1, 64]
-    assert st.run.__self__.__class__ is fused_decode.FusedStep
+    assert set(fused._static._fused_steps) == {1} and not fused._static.steps   # no bucket step
     # the two sum in other orders and round bfloat16 inputs where those sums land: the last bits
     # of some product inputs differ, nothing more
     assert max(_rel(a, b) for a, b in zip(got, want)) < 2e-2
@@ -73,24 +72,29 @@ def test_auto_picks_the_fused_step_for_packed_weights_on_the_cpu(tmp_path, monke
         Model.load(path, n_ctx=64, progress=False, decode="fused")
 
 
-def test_batches_and_long_spans_run_the_other_steps(tmp_path, monkeypatch) -> None:
+def test_batches_are_fused_and_long_rows_run_the_other_steps(tmp_path, monkeypatch) -> None:
     path = build_tiny_gguf(tmp_path / "q.gguf", dtype="Q4_0", seed=6)
-    fused = Model.load(path, n_ctx=256, n_seq_max=2, progress=False, decode="fused")
-    plain = Model.load(path, n_ctx=256, n_seq_max=2, progress=False, decode="static")
-    monkeypatch.setattr(static_decode, "MAX_SPAN", 64)     # spans past 64 cells: not fused
+    fused = Model.load(path, n_ctx=256, n_seq_max=3, progress=False, decode="fused")
+    plain = Model.load(path, n_ctx=256, n_seq_max=3, progress=False, decode="static")
+    monkeypatch.setattr(static_decode, "MAX_SPAN", 64)     # a sequence past 64 cells: not fused
     out = []
     for m in (fused, plain):
         m.eval_prompt(_tokens(5, 3), 0)
-        m.eval_prompt(_tokens(70, 4), 1)
-        steps = [m.decode([[9]], [0]), m.decode([[7], [8]], [0, 1]), m.decode([[9]], [1])]
-        m.eval_prompt(_tokens(60, 5), 0)
-        out.append(steps + [m.decode([[9]], [0])])
-    kinds = {key: type(getattr(st.run, "__self__", None)).__name__ for key, st in fused._static.steps.items()}
-    assert kinds == {(1, 64): "FusedStep", (2, 128): "StaticStep", (1, 128): "StaticStep"}
-    assert not fused._static._rows            # sequence 1 alone had 76 cells: not fused
-    assert _rel(out[0][0], out[1][0]) < 2e-2                 # the fused step
-    for a, b in zip(out[0][1:], out[1][1:]):
+        m.eval_prompt(_tokens(9, 4), 2)
+        # rows 2 and 0, in that order (the logits follow seq_ids), then each alone
+        short = [m.decode([[7], [8]], [2, 0]), m.decode([[9]], [2]), m.decode([[6]], [0])]
+        m.eval_prompt(_tokens(60, 5), 0)                    # row 0 now holds 67 cells
+        out.append((short, [m.decode([[7], [8]], [2, 0]), m.decode([[9]], [0])]))
+    assert set(fused._static._fused_steps) == {1, 2}
+    assert set(fused._static.steps) == {(3, 128), (1, 128)}       # the plain buckets
+    for a, b in zip(out[0][0], out[1][0]):
+        assert a.shape == b.shape and _rel(a, b) < 2e-2      # fused, against the plain step
+    for a, b in zip(out[0][1], out[1][1]):
         assert torch.equal(a, b)                             # the same plain steps, bit for bit
+    used = int(fused.cache.used[2])
+    for a, b in ((fused.cache.k, plain.cache.k), (fused.cache.v, plain.cache.v)):
+        assert _rel(a[:, 2, :, :used], b[:, 2, :, :used]) < 1e-2
+        assert torch.equal(a[:, 1], b[:, 1]) and not a[:, 1].any()    # row 1: untouched
 
 
 def test_a_failing_fused_step_degrades_to_the_static_step(tmp_path, monkeypatch) -> None:
@@ -102,8 +106,8 @@ def test_a_failing_fused_step_degrades_to_the_static_step(tmp_path, monkeypatch)
         raise RuntimeError("no kernel")
     monkeypatch.setattr(fused_decode.FusedStep, "run", broken)
     m = Model.load(path, n_ctx=64, progress=False, decode="fused")
-    with pytest.warns(RuntimeWarning, match=r"fused decode step for bucket \(B=1, span=64\) failed "
-                                            r"\(RuntimeError: no kernel\); this bucket runs the static step"):
+    with pytest.warns(RuntimeWarning, match=r"the fused decode step failed \(RuntimeError: no kernel\); "
+                                            r"decode steps run the static step untraced"):
         got = m.generate([5, 6, 7], max_tokens=6, temperature=0.0, ignore_eos=True).tokens
     assert got == want
 
@@ -126,8 +130,7 @@ def test_one_sequence_in_another_row_is_fused_too(tmp_path) -> None:
         m.eval_prompt(_tokens(6, 2), 2)
         out[mode] = (m, [m.decode([[t]], [2])[0].clone() for t in _tokens(8, 3)] + [m.decode([[4]], [0])[0]])
     fused, plain = out["fused"][0], out["static"][0]
-    assert set(fused._static._rows) == {2}
-    assert type(fused._static._rows[2].run.__self__) is fused_decode.FusedStep
+    assert set(fused._static._fused_steps) == {1} and not fused._static.steps
     assert max(_rel(a, b) for a, b in zip(out["fused"][1], out["static"][1])) < 2e-2
     for a, b in ((fused.cache.k, plain.cache.k), (fused.cache.v, plain.cache.v)):
         assert _rel(a[:, 2, :, :14], b[:, 2, :, :14]) < 1e-2

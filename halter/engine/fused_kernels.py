@@ -26,7 +26,7 @@ from halter import jit
 
 
 def _widen(src, dst):
-    """``dst[:n] = float32(src[0, :n])``; replaced, for compiled callers, by the overload in ``_build``."""
+    """``dst[:n] = float32(src[:n])``; replaced, for compiled callers, by the overload in ``_build``."""
     raise NotImplementedError       # pragma: no cover - only its compiled overloads run
 
 
@@ -64,7 +64,7 @@ def rope_tables(inv_freq, neox, rope_dim, pos, cos, sin):
 
 
 def residual_norm(x, add, has_add, post_w, has_post, eps, w, tmp, out):
-    """``x += post_norm(add)`` (``add`` a product's ``[1, n]`` result; the norm only with
+    """``x += post_norm(add)`` (``add`` a product's result for this row; the norm only with
     ``has_post``), then ``out`` = bfloat16 bits of ``rms_norm(x) * w`` (nothing with an empty ``w``)."""
     n = x.shape[0]
     if has_add:
@@ -86,7 +86,7 @@ def residual_norm(x, add, has_add, post_w, has_post, eps, w, tmp, out):
 
 def attend(qkv, H, Hkv, D, q_w, k_w, has_qk_norm, eps, cos, sin, partner, kc, vc, cell, posrow,
            pos, n_cells, window, scale, softcap, tmp, scores, out):
-    """One token's attention from its ``[1, (H + 2 Hkv) D]`` QKV product: head norms, the rotation,
+    """One token's attention from its ``(H + 2 Hkv) D`` QKV product: head norms, the rotation,
     key and value written into cache cell ``cell`` of ``kc``/``vc`` (``[Hkv, n_ctx, D]``), then each
     query head over the row's cells ``< n_cells`` whose position (``posrow``) is set and at most
     ``pos`` (and, with a ``window``, fewer than ``window`` back); ``out`` = bfloat16 bits of the
@@ -167,14 +167,14 @@ def _exp(x, p, scale_bits):
 
 
 def gated(gate, g_off, up, u_off, F, gelu, tmp, out):
-    """``out`` = bfloat16 bits of ``act(gate) * up`` over ``F`` values (``[1, ...]`` products read
-    from ``g_off``/``u_off``); ``act`` is SiLU, or GELU's tanh form with ``gelu``. The activation is
+    """``out`` = bfloat16 bits of ``act(gate) * up`` over ``F`` values (product rows read from
+    ``g_off``/``u_off``); ``act`` is SiLU, or GELU's tanh form with ``gelu``. The activation is
     rounded to bfloat16 before the multiplication, as the layer's bfloat16 tensors are.
     ``tmp`` holds at least ``4 F`` values."""
     v, u, p = tmp[:F], tmp[F:2 * F], tmp[2 * F:3 * F]
     scale = tmp[3 * F:4 * F]
-    _widen(gate[:, g_off:g_off + F], v)
-    _widen(up[:, u_off:u_off + F], u)
+    _widen(gate[g_off:g_off + F], v)
+    _widen(up[u_off:u_off + F], u)
     if gelu:                    # tanh(y) = 1 - 2 / (exp(2y) + 1), y = sqrt(2/pi) (v + 0.044715 v^3)
         for i in range(F):
             p[i] = np.float32(1.5957691216057308) * (v[i] + np.float32(0.044715) * v[i] * v[i] * v[i])
@@ -196,6 +196,33 @@ def gated(gate, g_off, up, u_off, F, gelu, tmp, out):
     _narrow(bits, out[:F])
 
 
+# -- the entry points: one row of each 2-D argument per sequence --------------------------------
+def rope_rows(inv_freq, neox, rope_dim, pos, cos, sin):
+    for r in range(pos.shape[0]):
+        rope_tables(inv_freq, neox, rope_dim, pos[r], cos[r], sin[r])
+
+
+def residual_norm_rows(x, add, has_add, post_w, has_post, eps, w, tmp, out):
+    for r in range(x.shape[0]):
+        residual_norm(x[r], add[r], has_add, post_w, has_post, eps, w, tmp, out[r])
+
+
+def attend_rows(qkv, H, Hkv, D, q_w, k_w, has_qk_norm, eps, cos, sin, partner, k_layer, v_layer,
+                rows, cells, pos_cache, pos, n_cells, window, scale, softcap, tmp, scores, out):
+    """``attend`` for each sequence: cache row ``rows[r]`` of ``k_layer``/``v_layer``
+    (``[n_seq, Hkv, n_ctx, D]``) and ``pos_cache`` (``[n_seq, n_ctx]``)."""
+    for r in range(qkv.shape[0]):
+        s = rows[r]
+        attend(qkv[r], H, Hkv, D, q_w, k_w, has_qk_norm, eps, cos[r], sin[r], partner, k_layer[s],
+               v_layer[s], cells[r], pos_cache[s], pos[r], n_cells[r], window, scale, softcap, tmp,
+               scores, out[r])
+
+
+def gated_rows(gate, g_off, up, u_off, F, gelu, tmp, out):
+    for r in range(gate.shape[0]):
+        gated(gate[r], g_off, up[r], u_off, F, gelu, tmp, out[r])
+
+
 def _build(numba: Any) -> SimpleNamespace:
     from numba import types
     from numba.extending import overload
@@ -205,27 +232,29 @@ def _build(numba: Any) -> SimpleNamespace:
         if src.dtype == types.int16:                          # bfloat16 bits
             def load_bits(src, dst):
                 bits = dst.view(np.uint32)
-                for i in range(src.shape[1]):
-                    bits[i] = np.uint32(np.uint16(src[0, i])) << np.uint32(16)
+                for i in range(src.shape[0]):
+                    bits[i] = np.uint32(np.uint16(src[i])) << np.uint32(16)
             return load_bits
 
         def load(src, dst):
-            for i in range(src.shape[1]):
-                dst[i] = src[0, i]
+            for i in range(src.shape[0]):
+                dst[i] = src[i]
         return load
 
     inner = numba.njit(cache=True, nogil=True, inline="always")
-    g = globals()
-    for name in ("_narrow", "_rms_scale", "_exp"):
-        g[name] = inner(g[name])
     # reassociation (vectorized sums) and contraction (fused multiply-adds) only: the masks and
     # empty rows rely on infinities and NaN
     kernel = numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
-    return SimpleNamespace(rope_tables=kernel(rope_tables), residual_norm=kernel(residual_norm),
-                           attend=kernel(attend), gated=kernel(gated))
+    g = globals()
+    for name in ("_narrow", "_rms_scale", "_exp"):
+        g[name] = inner(g[name])
+    for name in ("rope_tables", "residual_norm", "attend", "gated"):
+        g[name] = kernel(g[name])
+    return SimpleNamespace(rope_rows=kernel(rope_rows), residual_norm_rows=kernel(residual_norm_rows),
+                           attend_rows=kernel(attend_rows), gated_rows=kernel(gated_rows))
 
 
 def build() -> SimpleNamespace | None:
-    """The compiled kernels (``rope_tables``, ``residual_norm``, ``attend``, ``gated``), or None
-    without numba."""
+    """The compiled entry points (``rope_rows``, ``residual_norm_rows``, ``attend_rows``,
+    ``gated_rows``: the kernels above for each row of their 2-D arguments), or None without numba."""
     return jit.build_once(_build)

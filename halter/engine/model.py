@@ -168,9 +168,9 @@ class Model:
         of cells: powers of two from ``min_span`` (default 64 on the CPU, where attention's cost
         follows the span, 256 on CUDA), and ``n_ctx``); ``"trace"`` records it per (batch, span)
         bucket on first use with ``torch.jit.trace`` (a fraction of a second) and runs it as one
-        TorchScript graph; ``"fused"`` runs the steps of one sequence decoding alone (spans up to
-        1,024 cells) as the products with numba-compiled code between them
-        (``halter.engine.fused_decode``) and traces the other buckets; ``"compile"`` compiles the
+        TorchScript graph; ``"fused"`` runs steps whose sequences hold at most 1,024 cells each as
+        the products with numba-compiled code between them (``halter.engine.fused_decode``,
+        over exactly the sequences' rows) and traces the others; ``"compile"`` compiles the
         step with ``torch.compile(backend=backend or "inductor")``, ``"cuda-graph"`` captures one
         CUDA graph per bucket on first use (with a ``backend``, of the step compiled with it:
         inductor fuses the elementwise work into fewer kernels). Prompt chunks of several tokens

@@ -173,8 +173,8 @@ class StaticDecoder:
     """Runs ``Model.decode``'s one-token steps through ``StaticStep``s in one of the static modes.
 
     ``mode``: ``"static"`` (the step as is), ``"trace"`` (``torch.jit.trace`` per bucket on first
-    use), ``"fused"`` (one sequence over at most ``fused_decode.MAX_SPAN`` cells runs
-    ``FusedStep``, in whichever row it is; the other buckets are traced), ``"compile"`` (``torch.compile`` with ``backend``, default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
+    use), ``"fused"`` (steps whose sequences hold at most ``fused_decode.MAX_SPAN`` cells run a
+    ``FusedStep`` over exactly their rows; the others are traced), ``"compile"`` (``torch.compile`` with ``backend``, default inductor) or ``"cuda-graph"`` (captured per bucket on first use, then replayed; with a
     ``backend``, the step compiled with it is what is captured: fused kernels, fewer launches).
     ``min_span`` is the smallest attention span bucket. With a ``governor`` (CPU), each step runs
     on the thread count it chooses.
@@ -189,7 +189,8 @@ class StaticDecoder:
         self.buckets = bucket_sizes(cache.n_seq)
         self.spans = span_sizes(cache.n_ctx, min_span)
         self.steps: dict[tuple[int, int], StaticStep] = {}
-        self._rows: dict[int, StaticStep] = {}     # "fused": one-row steps of rows other than 0
+        self._fused_steps: dict[int, FusedStep] = {}   # "fused": the step per number of sequences
+        self._fused_ok: bool | None = None              # "fused": did the fused step pass its check
         self._compiled: Any = None
         if mode == "compile" or (mode == "cuda-graph" and backend is not None):
             self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
@@ -244,37 +245,8 @@ class StaticDecoder:
                 st.run = self._checked(st, self._capture, "CUDA graph capture", "uncaptured", 1e-3)
         elif self.mode == "cuda-graph":
             st.run = self._checked(st, self._capture, "CUDA graph capture", "uncaptured", 1e-3)
-        elif self.mode == "fused" and st.B == 1 and st.span <= MAX_SPAN:
-            st.run = self._checked_fused(st)
         elif self.mode == "trace" or (self.mode == "fused" and self._traceable):
             st.run = self._checked(st, self._trace, "tracing the decode step", "untraced", 0.0)
-
-    def _checked_fused(self, st: StaticStep) -> Callable[[], None]:
-        """A ``FusedStep`` for the one-row bucket, checked once against the plain step on token 0
-        at position 0 in cell 0 (which ``step_for`` restores); the traced step where it fails
-        (the plain one for a model the tracer cannot record).
-
-        The two round differently (the order of float32 sums), so the check wants the logits'
-        difference within 5 % of their norm: it catches a kernel that is wrong, not rounding."""
-        try:
-            fused = FusedStep(self.net, self.rope, self.cache, st.inputs, st.logits)
-            st.host[:] = 0
-            st.host[_ACTIVE] = 1
-            fused.run()
-            got = st.logits.clone()
-            st.forward()
-            if not bool(((got - st.logits).norm() <= 0.05 * st.logits.norm()).item()):
-                raise RuntimeError("its logits differ from the plain step's")
-            return fused.run
-        except Exception as exc:  # noqa: BLE001 - any failure degrades to the traced step
-            warnings.warn(f"the fused decode step for bucket (B=1, span={st.span}) failed "
-                          f"({type(exc).__name__}: {exc}); this bucket runs the static step "
-                          f"{'traced' if self._traceable else 'untraced'}", RuntimeWarning, stacklevel=3)
-            if not self._traceable:
-                return st.forward
-            return self._checked(st, self._trace, "tracing the decode step", "untraced", 0.0)
-        finally:
-            st.host[:] = 0
 
     def _trace(self, st: StaticStep) -> Callable[[], None]:
         """The step's layers recorded by ``torch.jit.trace`` (TorchScript): one C++ graph that runs
@@ -341,18 +313,42 @@ class StaticDecoder:
         st.graph = graph                                      # type: ignore[attr-defined]
         return graph.replay
 
-    def _fused_row(self, row: int, n_cells: int) -> StaticStep | None:
-        """A one-row step running ``FusedStep`` for cache row ``row``, when the fused step serves
-        this span (checked on row 0's bucket: the kernels do not depend on the row), else None."""
-        span = self.bucket(1, n_cells)[1]
-        if span > MAX_SPAN or not isinstance(getattr(self.step_for(1, span).run, "__self__", None), FusedStep):
+    def _fused(self, n: int) -> FusedStep | None:
+        """The fused step for ``n`` sequences, or None where the fused step failed its check."""
+        if self._fused_ok is None:
+            self._fused_ok = self._check_fused()
+        if not self._fused_ok:
             return None
-        st = self._rows.get(row)
-        if st is None:
-            st = StaticStep(self.net, self.rope, self.cache, 1, span)     # its buffers
-            st.run = FusedStep(self.net, self.rope, self.cache, st.inputs, st.logits, row=row).run
-            self._rows[row] = st
-        return st
+        fs = self._fused_steps.get(n)
+        if fs is None:
+            fs = self._fused_steps[n] = FusedStep(self.net, self.rope, self.cache, n)
+        return fs
+
+    def _check_fused(self) -> bool:
+        """Run the fused step once against the plain static step (token 0 at position 0 in cell 0
+        of row 0, which is restored afterwards). The two round differently (the order of float32
+        sums), so their logits must agree within 5 % of their norm: a check for a kernel that is
+        wrong, not for rounding. False, with a warning, where they do not or a kernel raises."""
+        c = self.cache
+        kept = (c.k[:, 0, :, 0].clone(), c.v[:, 0, :, 0].clone(), c.pos[0, 0].clone())
+        try:
+            fused = FusedStep(self.net, self.rope, c, 1)
+            fused.stage([0], [0], np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+            fused.run()
+            plain = StaticStep(self.net, self.rope, c, 1, self.spans[0])
+            plain.host[_ACTIVE] = 1
+            plain.forward()
+            if not bool(((fused.logits - plain.logits).norm() <= 0.05 * plain.logits.norm()).item()):
+                raise RuntimeError("its logits differ from the plain step's")
+            self._fused_steps[1] = fused
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure degrades to the other steps
+            warnings.warn(f"the fused decode step failed ({type(exc).__name__}: {exc}); decode steps "
+                          f"run the static step {'traced' if self._traceable else 'untraced'}",
+                          RuntimeWarning, stacklevel=4)
+            return False
+        finally:
+            c.k[:, 0, :, 0], c.v[:, 0, :, 0], c.pos[0, 0] = kept
 
     def __call__(self, tokens: Sequence[int], seq_ids: Sequence[int], positions: np.ndarray,
                  cells: np.ndarray) -> torch.Tensor:
@@ -360,12 +356,16 @@ class StaticDecoder:
 
         ``positions`` and ``cells`` were reserved in the cache already (host side only).
         """
-        st = self._fused_row(int(seq_ids[0]), int(cells.max()) + 1) if len(seq_ids) == 1 and seq_ids[0] \
-            and self.mode == "fused" else None
-        if st is not None:                      # one sequence in another row than 0: fused too
-            seq_ids = [0]                       # (its step's buffers have one row)
-        else:
-            st = self.step_for(*self.bucket(max(seq_ids) + 1, int(cells.max()) + 1))
+        fs = self._fused(len(seq_ids)) if self.mode == "fused" and \
+            int(self.cache.used[list(seq_ids)].max()) <= MAX_SPAN else None
+        if fs is not None:
+            fs.stage(tokens, seq_ids, positions, cells)
+            if self.governor is not None:
+                self.governor.step(("fused", fs.n), fs.run)
+            else:
+                fs.run()
+            return fs.logits.clone()
+        st = self.step_for(*self.bucket(max(seq_ids) + 1, int(cells.max()) + 1))
         st.stage(tokens, seq_ids, positions, cells)
         if self.governor is not None:
             self.governor.step((st.B, st.span), st.run)
