@@ -4,8 +4,9 @@ Each measurement runs in a fresh child process (so load time and peak memory are
 load seconds, prompt tokens/s (one ``--prompt``-token prompt), decode tokens/s at batch 1 (greedy,
 ``--decode`` tokens; halter selects with greedy alone, ``samplers=""``, the argmax the llama.cpp
 child does) and at batch 8 (``--batch`` sequences of ``--decode`` tokens, tokens of all rows per
-second; halter after a short warm-up generation at batch 1 and 8, which traces its decode step per
-bucket and is reported apart as ``warmup_s``), the resident set added by loading (RSS after the load minus RSS after the imports,
+second; halter after a short warm-up generation at batch 1 and 8, which builds its decode steps
+(loads numba and checks the fused step; traces a step per bucket where the fused step is not
+used) and is reported apart as ``warmup_s``), the resident set added by loading (RSS after the load minus RSS after the imports,
 compared with the file's tensor bytes), and the peak resident set (``ru_maxrss``) with the part
 added by loading and running (peak minus the resident set after the imports). Engines are interleaved within each
 repeat, medians of ``--repeats``; ratios are halter / peer.
@@ -68,8 +69,9 @@ def child_halter(a: dict) -> dict:
     # greedy selection alone (samplers=""), the argmax the llama.cpp child does; the default chain's
     # top-k over the vocabulary costs more (bench/engine_profile.py shows it)
     greedy = {"temperature": 0.0, "ignore_eos": True, "samplers": ""}
-    # the CPU default decode mode traces its step once per (batch, span) bucket on first use
-    # (~0.25 s each): a short warm-up generation at batch 1 and at batch 8 pays that, timed apart
+    # the CPU default decode mode builds its steps on first use (numba loaded and the fused step
+    # checked; a traced step per (batch, span) bucket where it is not fused, ~0.25 s each): a
+    # short warm-up generation at batch 1 and at batch 8 pays that, timed apart
     t = time.perf_counter()
     m.generate(ids[:32], max_tokens=2, **greedy)
     m.generate_batch([Request(ids[i:i + 32], max_tokens=2, sampling_fields=greedy) for i in range(a["batch"])])
