@@ -7,10 +7,12 @@ inputs (token, position, cell, active flag and output order per row), attends ov
 cells hold position -1 and are masked already) and writes its logits into a preallocated
 ``[B, n_vocab]`` buffer, so the same step can be run as is
 (``"static"``), recorded once per bucket by ``torch.jit.trace`` and run as a TorchScript graph
-(``"trace"``, the CPU default: the same operators without Python between them), compiled with
+(``"trace"``: the same operators without Python between them), compiled with
 ``torch.compile(fullgraph=True, dynamic=False)`` (``"compile"``) or captured once per bucket into
 a CUDA graph and replayed (``"cuda-graph"``; one-row products there run ``gemv``'s Triton kernel
-where it was measured faster than cuBLAS).
+where it was measured faster than cuBLAS). In ``"fused"`` mode (the CPU default where it can run)
+steps of sequences of at most ``fused_decode.MAX_SPAN`` cells run ``fused_decode.FusedStep``
+instead, over exactly the sequences' rows; longer ones run the traced buckets.
 
 Batch row ``b`` is cache row ``b``: keys and values are read through views of the cache (no
 gather). A bucket covers the requested sequences' rows and pads with the others, which are
