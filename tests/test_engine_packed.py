@@ -78,6 +78,19 @@ def test_qlinear_of_mixed_parts_concatenates_their_outputs() -> None:
     assert ((lin(x) - ref).norm() / ref.norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize("name,kernel", [("Q4_0", "int4"), ("Q8_0", "int4"), ("Q6_K", "bf16"),
+                                         ("Q3_K", "dequant")])
+def test_direct_product_is_the_modules_own(name: str, kernel: str) -> None:
+    # what the fused decode step calls: the same kernels, without the module's wrappers
+    q = random_quant(name, (128, 512), seed=4)
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(2)).bfloat16()
+    lin = QLinear([q], None, dtype=torch.float32, device=torch.device("cpu"), kernel=kernel)
+    got, want = lin.direct()(x), lin(x)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    biased = QLinear([q], torch.ones(128), dtype=torch.float32, device=torch.device("cpu"), kernel=kernel)
+    assert biased.direct() is biased                  # a bias: the module itself
+
+
 @pytest.mark.parametrize("name", ["Q8_0", "Q4_K", "Q6_K"])
 def test_embedding_rows_are_the_dequantized_rows(name: str) -> None:
     q = random_quant(name, (40, 256), seed=5)

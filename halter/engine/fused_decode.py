@@ -19,7 +19,7 @@ and over longer rows torch's (all threads) wins.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -52,13 +52,6 @@ def unsupported(net: Transformer, cache: KVCache) -> str | None:
     if not jit.available():
         return "it needs numba (pip install numba; HALTER_NO_NUMBA unset)"
     return None
-
-
-def _product(m: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The call computing module ``m``'s product of ``[n, K]`` bfloat16 rows: a single-part
-    ``QLinear`` without bias is called without its wrapper."""
-    one = getattr(m, "_one", None)
-    return one if one is not None and getattr(m, "bias", None) is None else m
 
 
 def _bits(y: torch.Tensor) -> np.ndarray:
@@ -120,14 +113,14 @@ class FusedStep:
     def _layer(self, layer: Any) -> tuple[Any, ...]:
         at, ff = layer.attention, layer.feed_forward
         qk = at.q_norm is not None
-        gate_up = (_product(ff.w13), None) if ff.w13 is not None else (_product(ff.w1), _product(ff.w3))
+        gate_up = (ff.w13.direct(), None) if ff.w13 is not None else (ff.w1.direct(), ff.w3.direct())
         window = self.net.config.sliding_window if at.sliding else 0
-        return (_weight(layer.attention_norm), _product(at.wqkv),
+        return (_weight(layer.attention_norm), at.wqkv.direct(),
                 _weight(at.q_norm) if qk else _EMPTY, _weight(at.k_norm) if qk else _EMPTY, qk,
                 self.cache.k[at.layer].numpy(), self.cache.v[at.layer].numpy(),
                 self.tables[at.sliding], window, np.float32(at.scale), np.float32(at.softcap or 0.0),
-                _product(at.wo), _weight(layer.post_attention_norm), _weight(layer.ffn_norm),
-                gate_up, _product(ff.w2), _weight(layer.post_ffn_norm), ff.gelu)
+                at.wo.direct(), _weight(layer.post_attention_norm), _weight(layer.ffn_norm),
+                gate_up, ff.w2.direct(), _weight(layer.post_ffn_norm), ff.gelu)
 
     def stage(self, tokens: Sequence[int], seq_ids: Sequence[int], positions: np.ndarray,
               cells: np.ndarray) -> None:

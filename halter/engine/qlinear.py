@@ -25,7 +25,7 @@ three kernels, picked per device and type (``pick_kernel``):
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +102,16 @@ class _Int4Part(nn.Module):
             self.register_buffer(f"packed{t}", packed[t], persistent=False)
             self.register_buffer(f"sz{t}", sz[t], persistent=False)
         self.out_features = packed[0].shape[0]
+
+    def bound(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``forward`` for bfloat16 rows, as a closure over the buffers and the kernel's overload:
+        no module attribute lookups, no overload resolution per call."""
+        mm = torch.ops.aten._weight_int4pack_mm_for_cpu.default
+        p0, s0 = self.packed0, self.sz0
+        if self.n_terms == 1:
+            return lambda xb: mm(xb, p0, INT4_GROUP, s0)
+        p1, s1 = self.packed1, self.sz1
+        return lambda xb: mm(xb, p0, INT4_GROUP, s0).float().add_(mm(xb, p1, INT4_GROUP, s1))
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         xb = x2 if x2.dtype == torch.bfloat16 else x2.to(torch.bfloat16)
@@ -216,6 +226,15 @@ class QLinear(nn.Module):
         if flat:
             return y
         return y.unsqueeze(1) if one_token else y.view(*x.shape[:-1], self.out_features)
+
+    def direct(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A call computing this product of ``[n, K]`` bfloat16 rows, in the part's own output
+        dtype (bfloat16, or float32 for two int4 terms) and without the module's wrappers where
+        it has one part and no bias (the fused decode step's products); else the module itself."""
+        if self._one is None or self.bias is not None:
+            return self
+        bound = getattr(self.parts[0], "bound", None)
+        return bound() if bound is not None else self._one
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, kernels={self.kernels}"
