@@ -2,9 +2,9 @@
 
 A traced CPU decode step runs ~1,500 small torch operators a token (norms, rotations, cache
 writes, attention over a few cells, casts, views), each a few microseconds of dispatch whatever its
-size: on SmolLM2 more time than the non-product work itself. ``fused_decode`` runs a one-row step
-as the quantized products (torch's int4 kernel, unchanged) with one compiled call between each
-pair of them; the calls below are those. They compute what the layers of ``transformer.py`` compute,
+size: on SmolLM2 more time than the non-product work itself. ``fused_decode`` runs a step as the
+quantized products (torch's int4 kernel, unchanged) with one compiled call between each pair of
+them; the calls below are those (``*_rows``: once per sequence of the step). They compute what the layers of ``transformer.py`` compute,
 in float32, and read and write bfloat16 as raw 16-bit patterns (numpy has no bfloat16): a product's
 bfloat16 result arrives as int16, and the next product's bfloat16 input is written through a
 uint16 view, rounded to nearest even as torch rounds.
@@ -12,7 +12,8 @@ uint16 view, rounded to nearest even as torch rounds.
 Kernels take a product's result of either dtype (int16 = bfloat16 bits, or float32, from a product
 of two terms or with a bias): ``_widen`` compiles to the right load for each.
 
-Built only where numba is installed (``build``); without it the traced step runs.
+Built only where numba is installed (``build``, which compiles these functions in place); without
+it the traced step runs, and the tests hold this code to the static step it replaces.
 """
 from __future__ import annotations
 
