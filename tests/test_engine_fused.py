@@ -136,3 +136,29 @@ def test_one_sequence_in_another_row_is_fused_too(tmp_path) -> None:
         assert _rel(a[:, 2, :, :14], b[:, 2, :, :14]) < 1e-2
         assert torch.equal(a[:, 1], b[:, 1]) and not a[:, 1].any()    # the rows between: untouched
     assert torch.equal(fused.cache.pos, plain.cache.pos)
+
+
+def test_fused_steps_after_sequence_operations(tmp_path) -> None:
+    # copies, removals with the row compacted, shifted positions, a context shift of a full row:
+    # the fused step reads positions and used cells from the cache as the static step does
+    from halter.engine.generation import Timings, shift_context
+    path = build_tiny_gguf(tmp_path / "q.gguf", dtype="Q4_0", seed=12)
+    ids = _tokens(40, 5)
+
+    def run(mode: str) -> list[torch.Tensor]:
+        m = Model.load(path, n_ctx=64, n_seq_max=4, progress=False, decode=mode)
+        out = []
+        m.eval_prompt(ids[:20], 0)
+        m.cache.seq_cp(0, 1, 0, 12)
+        out.append(m.decode([[ids[20]], [ids[12]]], [0, 1]))
+        m.cache.seq_rm(0, 5, 9)
+        m.cache.seq_add(0, 9, None, -4)
+        out.append(m.decode([[ids[21]]], [0]))
+        m.eval_prompt(ids[:38] + ids[:25], 3)                 # 63 tokens, then one decoded: full
+        out.append(m.decode([[ids[26]]], [3]))
+        shift_context(m, 3, 4, Timings())
+        out.append(m.decode([[ids[22]], [ids[23]], [ids[24]]], [3, 1, 0]))
+        return out
+
+    for a, b in zip(run("fused"), run("static")):
+        assert a.shape == b.shape and _rel(a, b) < 2e-2
