@@ -83,7 +83,7 @@ def torch_profile(model: Model, prompt: str, n: int) -> None:
     print("|---|---:|---:|")
     for g, us in sorted(groups.items(), key=lambda kv: -kv[1]):
         print(f"| {g} | {us / 1e3:.1f} | {us / 1e6 / wall:.0%} |")
-    print(f"| outside aten ops (Python, profiler) | {(wall * 1e6 - total_ops) / 1e3:.1f} | "
+    print(f"| outside aten ops (Python, the fused step's numba kernels, profiler) | {(wall * 1e6 - total_ops) / 1e3:.1f} | "
           f"{1 - total_ops / 1e6 / wall:.0%} |")
     print("\ntop ops by self time:")
     print("| op | calls | ms | calls/token |")
@@ -115,7 +115,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--weights", default="packed", choices=["packed", "dequantize"])
-    ap.add_argument("--decode", default="auto", help="decode mode (auto: trace on the CPU; eager, static, trace, compile)")
+    ap.add_argument("--decode", default="auto", help="decode mode (auto: fused on the CPU where it can run, else trace; "
+                                                     "eager, static, trace, fused, compile)")
     ap.add_argument("--top", type=int, default=25, help="cProfile rows")
     ap.add_argument("--schema", action="store_true", help="add a schema-constrained cProfile run")
     args = ap.parse_args()
