@@ -43,6 +43,25 @@ def tiny_llama(tiny_gguf_dir: str):
                       n_seq_max=4, progress=False)
 
 
+def sequence_operations(m, ids: list[int]) -> list:
+    """Decode steps of ``m`` (4 sequences of 64 cells) around the cache's sequence operations: a
+    copy, a removal that compacts the row, shifted positions, a context shift of a full row. The
+    logits of each step, for comparing decode modes."""
+    from halter.engine.generation import Timings, shift_context
+
+    out = []
+    m.eval_prompt(ids[:20], 0)
+    m.cache.seq_cp(0, 1, 0, 12)
+    out.append(m.decode([[ids[20]], [ids[12]]], [0, 1]))
+    m.cache.seq_rm(0, 5, 9)
+    m.cache.seq_add(0, 9, None, -4)
+    out.append(m.decode([[ids[21]]], [0]))
+    m.eval_prompt(ids[:38] + ids[:26], 3)                 # 64 tokens: full
+    shift_context(m, 3, 4, Timings())
+    out.append(m.decode([[ids[22]], [ids[23]], [ids[24]]], [3, 1, 0]))
+    return out
+
+
 class Greedy:
     """The argmax sampler: the loop's tests need a deterministic choice, nothing more."""
 

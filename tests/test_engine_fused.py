@@ -9,6 +9,7 @@ import torch
 
 from halter import Model, jit
 from halter.engine import build_tiny_gguf, fused_decode, static_decode
+from tests.conftest import sequence_operations
 
 pytestmark = pytest.mark.skipif(not jit.available(), reason="the fused step needs numba")
 
@@ -139,26 +140,10 @@ def test_one_sequence_in_another_row_is_fused_too(tmp_path) -> None:
 
 
 def test_fused_steps_after_sequence_operations(tmp_path) -> None:
-    # copies, removals with the row compacted, shifted positions, a context shift of a full row:
     # the fused step reads positions and used cells from the cache as the static step does
-    from halter.engine.generation import Timings, shift_context
     path = build_tiny_gguf(tmp_path / "q.gguf", dtype="Q4_0", seed=12)
     ids = _tokens(40, 5)
-
-    def run(mode: str) -> list[torch.Tensor]:
-        m = Model.load(path, n_ctx=64, n_seq_max=4, progress=False, decode=mode)
-        out = []
-        m.eval_prompt(ids[:20], 0)
-        m.cache.seq_cp(0, 1, 0, 12)
-        out.append(m.decode([[ids[20]], [ids[12]]], [0, 1]))
-        m.cache.seq_rm(0, 5, 9)
-        m.cache.seq_add(0, 9, None, -4)
-        out.append(m.decode([[ids[21]]], [0]))
-        m.eval_prompt(ids[:38] + ids[:25], 3)                 # 63 tokens, then one decoded: full
-        out.append(m.decode([[ids[26]]], [3]))
-        shift_context(m, 3, 4, Timings())
-        out.append(m.decode([[ids[22]], [ids[23]], [ids[24]]], [3, 1, 0]))
-        return out
-
-    for a, b in zip(run("fused"), run("static")):
+    runs = [sequence_operations(Model.load(path, n_ctx=64, n_seq_max=4, progress=False, decode=mode), ids)
+            for mode in ("fused", "static")]
+    for a, b in zip(*runs):
         assert a.shape == b.shape and _rel(a, b) < 2e-2

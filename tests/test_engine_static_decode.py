@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import Greedy, tiny_path
+from tests.conftest import Greedy, sequence_operations, tiny_path
 from halter import Model, jit
 from halter.engine.generation import Request, Timings, shift_context
 from halter.engine.static_decode import bucket_sizes, resolve_mode, span_sizes
@@ -125,21 +125,7 @@ def test_building_a_step_leaves_the_cache_as_it_was(models: tuple[Model, Model])
 
 def test_static_logits_after_sequence_operations(models: tuple[Model, Model]) -> None:
     ids = _tokens(40, 5)
-
-    def run(m: Model) -> list[torch.Tensor]:
-        out = []
-        m.eval_prompt(ids[:20], 0)
-        m.cache.seq_cp(0, 1, 0, 12)
-        out.append(m.decode([[ids[20]], [ids[12]]], [0, 1]))
-        m.cache.seq_rm(0, 5, 9)
-        m.cache.seq_add(0, 9, None, -4)
-        out.append(m.decode([[ids[21]]], [0]))
-        m.eval_prompt(ids[:38] + ids[:26], 3)                 # 64 tokens: full
-        shift_context(m, 3, 4, Timings())
-        out.append(m.decode([[ids[22]], [ids[23]], [ids[24]]], [3, 1, 0]))
-        return out
-
-    for a, b in zip(*_both(models, run)):
+    for a, b in zip(*_both(models, lambda m: sequence_operations(m, ids))):
         assert _close(b, a)
 
 
