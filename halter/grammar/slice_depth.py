@@ -203,7 +203,7 @@ class SliceDepth:
         out: set = set()
         node = nodes[sid]
         result: tuple | None = None
-        if self._need[k][u] & ~self._node_reads(node):                      # a class no item reads: dead at once
+        if self._need[k][u] & ~self._node_reads(node):    # a class no item reads: dead at once
             memo[at] = None
             return None
         for cls, u2, _read in self._groups(node, u, k):   # (every class is read by some item)
