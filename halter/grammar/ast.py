@@ -83,9 +83,22 @@ class TokenRef:
         return TokenRef, (self.token_id, self.text, self.negated)
 
 
+# Seq, Alt and Repeat keep their hash once computed: a rule body is a tree, and grammar builds
+# use bodies and their parts as dict keys over and over (memos of shared parts, repeats split,
+# shared helper rules), each hash otherwise walking the whole subtree again. The cached value is
+# left out of equality, repr and pickles (string hashes differ between processes).
+
 @dataclass(frozen=True, slots=True)
 class Seq:
     items: tuple["Expr", ...]
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h is None:
+            h = hash((Seq, self.items))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __reduce__(self):
         return Seq, (self.items,)
@@ -94,6 +107,14 @@ class Seq:
 @dataclass(frozen=True, slots=True)
 class Alt:
     options: tuple["Expr", ...]
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h is None:
+            h = hash((Alt, self.options))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __reduce__(self):
         return Alt, (self.options,)
@@ -105,6 +126,14 @@ class Repeat:
     expr: "Expr"
     min: int
     max: int | None
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h is None:
+            h = hash((Repeat, self.expr, self.min, self.max))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __reduce__(self):
         return Repeat, (self.expr, self.min, self.max)
