@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 from typing import Mapping, Sequence
 
-from halter.vocab.vocabulary import gpt2_byte_encoder
+from halter.vocab.vocabulary import decode_pieces, gpt2_byte_encoder
 
 __all__ = ["BPE", "parse_merges"]
 
@@ -22,11 +22,10 @@ def parse_merges(merges: Sequence[bytes | str]) -> dict[tuple[str, str], int]:
     As llama.cpp: the split is at the first space after the first character, and the first
     occurrence of a pair keeps its rank.
     """
-    pairs = []
-    for raw in merges:
-        line = raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
-        left, space, right = line[1:].partition(" ")
-        pairs.append((line[:1] + left, right) if space else ("", ""))
+    lines = decode_pieces(merges) if set(map(type, merges)) <= {bytes} else \
+        [m if isinstance(m, str) else m.decode("utf-8", errors="replace") for m in merges]
+    split = [line[1:].partition(" ") for line in lines]
+    pairs = [(line[:1] + left, right) if space else ("", "") for line, (left, space, right) in zip(lines, split)]
     return dict(zip(reversed(pairs), range(len(pairs) - 1, -1, -1)))
 
 

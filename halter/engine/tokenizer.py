@@ -7,6 +7,7 @@ llama.cpp's ``tokenizer_st_partition`` does; the remaining text goes through the
 """
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -77,14 +78,16 @@ class Tokenizer:
             else clean_spaces
         self._rstrip = frozenset(rstrip_ids)
 
-        self._ids = dict(vocab.token_index)
+        self._ids = vocab.token_index            # (the vocabulary's own map, read-only: not a copy)
         types = vocab.token_types
         special = np.flatnonzero(np.isin(types, (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN)))
         texts = vocab.token_texts
         ordered = sorted(special.tolist(), key=lambda i: -len(texts[i].encode("utf-8")))
         self._special = [(i, texts[i], types[i] == TOKEN_USER_DEFINED) for i in ordered]
         if spm:
-            self._scores = [0.0] * vocab.size if vocab.scores is None else vocab.scores.tolist()
+            # float32 scores as an array: indexing gives the same floats as a list of them, in a
+            # quarter of the memory (a 262k vocabulary: 1 MB, not 8)
+            self._scores = [0.0] * vocab.size if vocab.scores is None else array("f", vocab.scores.tobytes())
             self._byte_ids = [self._ids.get(f"<0x{b:02X}>", self._ids.get(chr(b)) if b < 0x80 else None)
                               for b in range(256)]
         else:
@@ -103,7 +106,7 @@ class Tokenizer:
         """Build from metadata already read with :func:`halter.gguf.read_gguf_metadata`."""
         vocab = Vocabulary.from_gguf_metadata(meta, path=path)
         merges = meta.get(_K.MERGES)
-        if merges is not None and not (isinstance(merges, list) and all(isinstance(m, bytes) for m in merges)):
+        if merges is not None and not (isinstance(merges, list) and set(map(type, merges)) <= {bytes}):
             raise ModelLoadError("merges must be an array of strings", path=path, field=_K.MERGES)
         pre = meta.get(_K.PRE)
         if pre is not None and not isinstance(pre, str):
