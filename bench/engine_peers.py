@@ -1,7 +1,8 @@
 """halter's engine against llama.cpp, transformers and vLLM on the same GGUF file, on the CPU.
 
 Each measurement runs in a fresh child process (so load time and peak memory are its own):
-load seconds, prompt tokens/s (one ``--prompt``-token prompt), decode tokens/s at batch 1 (greedy,
+load seconds (halter's with its tokenizer, which it builds on first use: llama.cpp's load reads
+its vocabulary too), prompt tokens/s (one ``--prompt``-token prompt), decode tokens/s at batch 1 (greedy,
 ``--decode`` tokens; halter selects with greedy alone, ``samplers=""``, the argmax the llama.cpp
 child does) and at batch 8 (``--batch`` sequences of ``--decode`` tokens, tokens of all rows per
 second; halter after a short warm-up generation at batch 1 and 8, which builds its decode steps
@@ -57,6 +58,7 @@ def child_halter(a: dict) -> dict:
     t = time.perf_counter()
     m = Model.load(a["model"], device="cpu", n_ctx=a["prompt"] + a["decode"] + 8, n_seq_max=a["batch"],
                    progress=False, n_threads=a["threads"], weights=a.get("weights", "packed"))
+    m.tokenizer              # built on first use; llama.cpp's load reads its vocabulary too
     load = time.perf_counter() - t
     load_rss = _rss_mb() - base
     ids = _prompt_ids(a["prompt"], m.n_vocab)
