@@ -6,6 +6,7 @@ rank first (leftmost on ties) until no listed merge applies. Results are cached 
 from __future__ import annotations
 
 import heapq
+import re
 from typing import Mapping, Sequence
 
 from halter.vocab.vocabulary import decode_pieces, gpt2_byte_encoder
@@ -24,9 +25,18 @@ def parse_merges(merges: Sequence[bytes | str]) -> dict[tuple[str, str], int]:
     """
     lines = decode_pieces(merges) if set(map(type, merges)) <= {bytes} else \
         [m if isinstance(m, str) else m.decode("utf-8", errors="replace") for m in merges]
-    split = [line[1:].partition(" ") for line in lines]
-    pairs = [(line[:1] + left, right) if space else ("", "") for line, (left, space, right) in zip(lines, split)]
+    joined = "\0".join(lines)
+    pairs = _MERGE.findall(joined) if joined.count("\0") == len(lines) - 1 else []
+    if len(pairs) != len(lines):            # a line without a space (or holding the separator)
+        split = [line[1:].partition(" ") for line in lines]
+        pairs = [(line[:1] + left, right) if space else ("", "") for line, (left, space, right) in zip(lines, split)]
     return dict(zip(reversed(pairs), range(len(pairs) - 1, -1, -1)))
+
+
+_MERGE = re.compile("([^\0][^ \0]*) ([^\0]*)(?:\0|\\Z)")
+"""One merge line of the joined lines: (left, right) split at the first space after the first
+character; every line matches from its start or not at all, so all lines matching means one
+pair per line, in order."""
 
 
 class BPE:
