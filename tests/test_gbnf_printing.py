@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from halter import Grammar
 from halter.errors import GrammarError
-from halter.grammar.ast import Alt, CharClass, Literal, Repeat, Seq, format_grammar
+from halter.grammar.ast import Alt, CharClass, Literal, Repeat, Seq
+from halter.grammar.gbnf_format import format_grammar
 
 leaf = st.one_of(st.sampled_from([Literal("a"), Literal("b"), Literal(""), Literal("^]"),
                                   CharClass(((ord("a"), ord("b")),)), CharClass(((ord("^"), ord("^")),)),

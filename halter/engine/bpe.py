@@ -9,7 +9,8 @@ import heapq
 import re
 from typing import Mapping, Sequence
 
-from halter.vocab.vocabulary import decode_pieces, gpt2_byte_encoder
+from halter.vocab.gguf_vocab import decode_pieces
+from halter.vocab.vocabulary import gpt2_byte_encoder
 
 __all__ = ["BPE", "parse_merges"]
 

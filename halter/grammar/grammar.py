@@ -5,7 +5,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from halter import gc_pause
 from halter.errors import GrammarError
-from halter.grammar.ast import Expr, RuleSet, format_grammar
+from halter.grammar.ast import Expr, RuleSet
+from halter.grammar.gbnf_format import format_grammar
 from halter.grammar.automaton import RuleAutomata, RuleTooComplex, build_automata
 from halter.grammar.gbnf_parser import check_references, parse_gbnf
 from halter.grammar.text_matcher import TextMatcher

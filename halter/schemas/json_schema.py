@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 
 from halter.errors import SchemaError
-from halter.grammar.ast import Expr, format_grammar
+from halter.grammar.ast import Expr
+from halter.grammar.gbnf_format import format_grammar
 from halter.limits import check, deep_call, nesting_of
 from halter.schemas.converter import Converter, _draft_of
 from halter.schemas.metaschema import check_document

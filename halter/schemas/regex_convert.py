@@ -8,7 +8,8 @@ may stand anywhere (an anchor repeated more than 16 times raises ``UnsupportedRe
 from __future__ import annotations
 
 from halter.grammar.ast import (MAX_CODE_POINT, Alt, CharClass, Expr, Literal, Repeat, RuleRef, Seq, alt,
-                                contains, format_grammar, seq)
+                                contains, seq)
+from halter.grammar.gbnf_format import format_grammar
 from halter.schemas.regex import Anchor, UnsupportedRegexError, parse_regex
 
 
