@@ -76,13 +76,6 @@ def build_from_metadata(cls: "type[Vocabulary]", meta: dict[str, Any], path: str
         raise ModelLoadError("token list is empty", path=path, field=_K.LIST)
     if not all(raw):
         raw = [t if t else f"[EMPTY_{i}]".encode() for i, t in enumerate(raw)]  # as llama.cpp does
-    if len(set(raw)) != n:
-        first: dict[bytes, int] = {}
-        for i, t in enumerate(raw):
-            if t in first:
-                raise ModelLoadError(f"duplicate token {t.decode('utf-8', 'replace')!r} at ids "
-                                     f"{first[t]} and {i}", path=path, field=_K.LIST)
-            first[t] = i
     types = _int_array(meta, _K.TOKEN_TYPE, n, path)
     types = np.full(n, TOKEN_NORMAL, dtype=np.int8) if types is None else types.astype(np.int8)
     scores = meta.get(_K.SCORES)
@@ -93,6 +86,13 @@ def build_from_metadata(cls: "type[Vocabulary]", meta: dict[str, Any], path: str
         scores = scores[:n].astype(np.float32)
     texts = decode_pieces(raw)
     ids = text_index(texts)
+    if len(ids) != n and len(set(raw)) != n:     # (distinct texts are distinct pieces: one check)
+        first: dict[bytes, int] = {}
+        for i, t in enumerate(raw):
+            if t in first:
+                raise ModelLoadError(f"duplicate token {t.decode('utf-8', 'replace')!r} at ids "
+                                     f"{first[t]} and {i}", path=path, field=_K.LIST)
+            first[t] = i
 
     spm = model == "llama"
     bos = _token_id(meta, _K.BOS_ID, 1 if spm else 11, n)

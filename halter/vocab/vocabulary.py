@@ -90,7 +90,8 @@ class Vocabulary:
         types = np.array(token_types, dtype=np.int8, copy=True)
         types.flags.writeable = False
         set_ = object.__setattr__
-        set_(self, "token_bytes", tuple(map(bytes, token_bytes)))
+        exact = set(map(type, token_bytes)) <= {bytes}          # (bytes(b) of bytes is b: skip the calls)
+        set_(self, "token_bytes", tuple(token_bytes) if exact else tuple(map(bytes, token_bytes)))
         set_(self, "token_texts", tuple(token_texts))
         set_(self, "token_types", types)
         eog = frozenset(int(i) for i in eog_ids)
