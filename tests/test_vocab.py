@@ -240,3 +240,54 @@ def test_old_documented_import_paths_still_work_with_a_warning(old, new, name):
     with pytest.warns(DeprecationWarning, match=new):
         module = importlib.import_module(old)
     assert getattr(module, name) is getattr(importlib.import_module(new), name)
+
+
+# ------------------------------------------------------------------ pieces read in bulk
+
+_SPM_MARK = "▁".encode()
+
+
+@pytest.mark.parametrize("model", ["llama", "gpt2"])
+@pytest.mark.parametrize("odd", [b"a\x00b", b"\xe2\x96", b"x\xffy", b"\xf0\x9f"])
+def test_pieces_render_as_one_at_a_time(model, odd):
+    """The pieces are decoded and rendered by calls over all of them joined: a piece holding the
+    separator byte, invalid UTF-8 at a piece's end or inside it, a character no GPT-2 byte maps to,
+    all give what decoding and rendering each piece alone gives (llama.cpp's token_to_piece)."""
+    pieces = [b"<unk>", b"<s>", b"</s>", odd, _SPM_MARK + b"hi", "\u0120hi".encode(), "中".encode(),
+              b"z" + odd, b"<0x41>", b"plain"]
+    types = np.array([2, 3, 3, 1, 1, 1, 1, 1, 6 if model == "llama" else 1, 1], dtype=np.int32)
+    meta = {"tokenizer.ggml.model": model, "tokenizer.ggml.tokens": list(pieces),
+            "tokenizer.ggml.token_type": types}
+    if model == "gpt2":
+        meta["tokenizer.ggml.merges"] = [b"a b"]
+    v = Vocabulary.from_gguf_metadata(meta)
+    texts = [p.decode("utf-8", errors="replace") for p in pieces]
+    assert list(v.token_texts) == texts
+    assert v.find_token(texts[3]) == 3 and v.find_token(texts[7]) == 7
+    decoder = {c: b for b, c in gpt2_byte_encoder().items()}
+    for i, (piece, text) in enumerate(zip(pieces, texts)):
+        if types[i] != 1:
+            continue
+        if model == "llama":
+            want = piece.replace(_SPM_MARK, b" ")
+        else:
+            want = bytes(decoder[c] for c in text) if all(c in decoder for c in text) else piece
+        assert v.token_bytes[i] == want, (i, piece)
+    assert meta["tokenizer.ggml.tokens"] == pieces          # the metadata is not changed
+
+
+def test_merges_split_at_the_first_space_after_the_first_character():
+    from halter.engine.bpe import parse_merges
+
+    def one_by_one(lines):
+        ranks = {}
+        for r, line in enumerate(lines):
+            left, space, right = line[1:].partition(" ")
+            ranks.setdefault((line[:1] + left, right) if space else ("", ""), r)
+        return ranks
+
+    clean = ["a b", "Ġ t", "  x", "ab cd ef", "a b", "x\u4e2d y"]
+    with_odd = clean + ["nospace", "", "a\x00 b", " lone"]
+    for lines in (clean, with_odd):
+        for given in (lines, [s.encode() for s in lines]):
+            assert parse_merges(given) == one_by_one(lines)
