@@ -123,7 +123,8 @@ def install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
             build = functools.partial(QLinear, value if isinstance(value, list) else [value], bias,
                                       dtype=dtype, device=device)
         builds.append((parent, attr, build))
-    for (parent, attr, _), module in zip(builds, _build_all([b[2] for b in builds], device)):
+    costs = [0 if isinstance(b[2].args[0], QuantTensor) else sum(q.nbytes for q in b[2].args[0]) for b in builds]
+    for (parent, attr, _), module in zip(builds, _build_all([b[2] for b in builds], device, costs)):
         setattr(parent, attr, module)
     for value in sd.values():        # file pages read while packing: only lookups come back
         for q in value if isinstance(value, list) else [value]:
@@ -133,22 +134,30 @@ def install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
     return rest
 
 
-def _build_all(builds: list[Callable[[], torch.nn.Module]], device: torch.device) -> list[torch.nn.Module]:
-    """Run the layer builds (packing: byte shuffling in many small torch ops), one layer per thread.
+def _build_all(builds: list[Callable[[], torch.nn.Module]], device: torch.device,
+               costs: list[int] | None = None) -> list[torch.nn.Module]:
+    """Run the layer builds (packing: byte shuffling in many small torch ops), one layer per thread,
+    the costliest first (``costs``: bytes each packs), results in the order given.
 
     On the CPU each build runs its ops on its own thread, torch's intra-op pool set to one thread
     meanwhile: ops split across a thread pool wait at a barrier for every thread, and on a machine
     whose cores are busy with other work each wait lasts a scheduler slice (loading took 2-5 s
-    instead of 0.3 s with two background jobs on two cores)."""
+    instead of 0.3 s with two background jobs on two cores). Costliest first: a tied output layer
+    is the largest single build (Gemma 3's: half of the packing) and, started last, it ran alone
+    while the other threads had nothing left to do."""
     n = torch.get_num_threads()
     if device.type != "cpu" or n <= 1 or len(builds) <= 1:
         return [b() for b in builds]
+    order = sorted(range(len(builds)), key=lambda i: -costs[i]) if costs is not None else list(range(len(builds)))
+    out: list[torch.nn.Module | None] = [None] * len(builds)
     torch.set_num_threads(1)
     try:
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="halter-pack") as pool:
-            return list(pool.map(lambda b: b(), builds))
+            for i, module in zip(order, pool.map(lambda i: builds[i](), order)):
+                out[i] = module
     finally:
         torch.set_num_threads(n)
+    return out  # type: ignore[return-value]
 
 
 def trim_heap() -> None:
