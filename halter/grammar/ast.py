@@ -88,17 +88,20 @@ class TokenRef:
 # shared helper rules), each hash otherwise walking the whole subtree again. The cached value is
 # left out of equality, repr and pickles (string hashes differ between processes).
 
+def _keep_hash(node: Any, key: tuple) -> int:
+    """``hash(key)``, kept on the frozen ``node`` for the next call."""
+    h = hash(key)
+    object.__setattr__(node, "_hash", h)
+    return h
+
+
 @dataclass(frozen=True, slots=True)
 class Seq:
     items: tuple["Expr", ...]
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
-        h = self._hash
-        if h is None:
-            h = hash((Seq, self.items))
-            object.__setattr__(self, "_hash", h)
-        return h
+        return self._hash if self._hash is not None else _keep_hash(self, (Seq, self.items))
 
     def __reduce__(self):
         return Seq, (self.items,)
@@ -110,11 +113,7 @@ class Alt:
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
-        h = self._hash
-        if h is None:
-            h = hash((Alt, self.options))
-            object.__setattr__(self, "_hash", h)
-        return h
+        return self._hash if self._hash is not None else _keep_hash(self, (Alt, self.options))
 
     def __reduce__(self):
         return Alt, (self.options,)
@@ -129,11 +128,7 @@ class Repeat:
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
-        h = self._hash
-        if h is None:
-            h = hash((Repeat, self.expr, self.min, self.max))
-            object.__setattr__(self, "_hash", h)
-        return h
+        return self._hash if self._hash is not None else _keep_hash(self, (Repeat, self.expr, self.min, self.max))
 
     def __reduce__(self):
         return Repeat, (self.expr, self.min, self.max)
