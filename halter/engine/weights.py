@@ -100,12 +100,13 @@ def install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
     Returns what is left of ``sd`` for ``load_state_dict``.
     """
     rest = dict(sd)
-    builds: list[tuple[torch.nn.Module, str, Callable[[], torch.nn.Module]]] = []   # (parent, attribute, build)
+    builds: list[tuple[torch.nn.Module, str, Callable[[], torch.nn.Module], int]] = []   # (parent, attribute, build, bytes packed)
     for i, layer in enumerate(net.layers):       # gate and up of one type: one product, one kernel call
         w1, w3 = sd.get(f"layers.{i}.feed_forward.w1.weight"), sd.get(f"layers.{i}.feed_forward.w3.weight")
         if isinstance(w1, QuantTensor) and isinstance(w3, QuantTensor) and w1.ggml_type == w3.ggml_type:
             ff = layer.feed_forward
-            builds.append((ff, "w13", functools.partial(QLinear, [w1, w3], None, dtype=dtype, device=device)))
+            builds.append((ff, "w13", functools.partial(QLinear, [w1, w3], None, dtype=dtype, device=device),
+                           w1.nbytes + w3.nbytes))
             ff.w1 = ff.w3 = None
             del rest[f"layers.{i}.feed_forward.w1.weight"], rest[f"layers.{i}.feed_forward.w3.weight"]
     for key, value in sd.items():
@@ -116,15 +117,17 @@ def install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
         parent = net.get_submodule(parent_path) if parent_path else net
         old = getattr(parent, attr)
         del rest[key]
+        cost = 0                                   # an embedding is looked up in place: nothing packed
         if isinstance(old, torch.nn.Embedding):
             build: Callable[[], torch.nn.Module] = functools.partial(QEmbedding, value, dtype=dtype, device=device)
         else:
             bias = rest.pop(path + ".bias", None)
-            build = functools.partial(QLinear, value if isinstance(value, list) else [value], bias,
-                                      dtype=dtype, device=device)
-        builds.append((parent, attr, build))
-    costs = [0 if isinstance(b[2].args[0], QuantTensor) else sum(q.nbytes for q in b[2].args[0]) for b in builds]
-    for (parent, attr, _), module in zip(builds, _build_all([b[2] for b in builds], device, costs)):
+            parts = value if isinstance(value, list) else [value]
+            build = functools.partial(QLinear, parts, bias, dtype=dtype, device=device)
+            cost = sum(q.nbytes for q in parts)
+        builds.append((parent, attr, build, cost))
+    modules = _build_all([b[2] for b in builds], device, [b[3] for b in builds])
+    for (parent, attr, _, _), module in zip(builds, modules):
         setattr(parent, attr, module)
     for value in sd.values():        # file pages read while packing: only lookups come back
         for q in value if isinstance(value, list) else [value]:
