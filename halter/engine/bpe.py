@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from halter.vocab.gguf_vocab import decode_pieces
 from halter.vocab.vocabulary import gpt2_byte_encoder
@@ -49,6 +49,11 @@ class BPE:
         self._ranks = ranks
         self._ignore_merges = ignore_merges
         self._cache: dict[str, list[int]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the token index (the owning ``Tokenizer`` links its own back in) and
+        without the word cache."""
+        return {**self.__dict__, "_ids": None, "_cache": {}}
 
     def encode_word(self, word: str) -> list[int]:
         """Token ids of one pre-tokenizer word (given as ordinary text)."""

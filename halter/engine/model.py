@@ -20,6 +20,7 @@ from halter.engine import fused_decode
 from halter.engine.config import ModelConfig
 from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
+from halter.engine.packed_cache import enabled as packed_cache_enabled, key_for as packed_cache_key
 from halter.engine.rope import Rope, rope_for
 from halter.engine.static_decode import StaticDecoder, resolve_mode
 from halter.engine.thread_governor import ThreadGovernor
@@ -97,7 +98,8 @@ class Model:
     def load(cls, path: str | os.PathLike[str], device: str | torch.device | None = None,
              dtype: str | torch.dtype | None = None, n_ctx: int | None = None, *,
              n_batch: int = 512, n_seq_max: int = 2, progress: Progress = True,
-             decode: str = "auto", weights: str = "packed", n_threads: int | None = None) -> "Model":
+             decode: str = "auto", weights: str = "packed", n_threads: int | None = None,
+             packed_cache: bool = True) -> "Model":
         """Load ``path`` (a GGUF file, or ``hf://OWNER/REPO/FILE.gguf``) for inference.
 
         An ``hf://`` path is downloaded into halter's model cache first (``halter.fetch.pull``;
@@ -112,7 +114,10 @@ class Model:
         matrices quantized in memory (``halter.engine.qlinear``); ``"dequantize"`` decodes every
         tensor to ``dtype`` at load (more memory; the reference the packed path is tested against).
         ``n_threads`` sets torch's CPU threads (``torch.set_num_threads``, process-wide); by
-        default the physical cores when torch uses more threads than that.
+        default the physical cores when torch uses more threads than that. ``packed_cache``: on the
+        CPU, keep the packed matrices in halter's cache directory after the first load of a file
+        and map them on later loads instead of packing again (``halter.engine.packed_cache``;
+        ``HALTER_PACKED_CACHE=0`` also turns it off).
         """
         dev = default_device() if device is None else torch.device(device)
         if isinstance(dtype, str):
@@ -135,7 +140,9 @@ class Model:
         with torch.device("meta"), skip_init():
             net = Transformer(config)
         try:
-            rest = install_quantized(net, state_dict(config, tensors), dt, dev)
+            key = packed_cache_key(path, dt) if packed_cache and dev.type == "cpu" and weights == "packed" \
+                and packed_cache_enabled() else None
+            rest = install_quantized(net, state_dict(config, tensors), dt, dev, cache_key=key)
             if dev.type == "cuda":
                 fuse_dense_gate_up(net, rest)
             net.load_state_dict(rest, assign=True, strict=True)

@@ -25,14 +25,15 @@ three kernels, picked per device and type (``pick_kernel``):
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from halter.engine.int4_pack import PACK_ROWS, pack_cpu, pack_cuda_nibbles
-from halter.engine.quant_tensor import INT4_GROUP, QuantTensor, release_pages
+from halter.engine.packed_cache import Mismatch
+from halter.engine.quant_tensor import INT4_GROUP, LAZY_CODES, QuantTensor, release_pages
 
 KERNELS = ("int4", "bf16", "dequant")
 INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K")
@@ -94,9 +95,17 @@ class _Int4Part(nn.Module):
     """Row parts of one type packed as int4 terms for the CPU kernel: ``(packed uint8, scales_and_zeros
     bf16 [K/32, N, 2])`` per term, packed in chunks of whole 64-row blocks."""
 
-    def __init__(self, parts: Sequence[QuantTensor]) -> None:
+    def __init__(self, parts: Sequence[QuantTensor], prebuilt: Mapping[str, torch.Tensor] | None = None) -> None:
         super().__init__()
-        packed, sz = pack_cpu(parts)
+        if prebuilt is None:
+            packed, sz = pack_cpu(parts)
+        else:                                    # a stored packing of the same file (packed_cache)
+            N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
+            n_terms = len(LAZY_CODES[parts[0].type_name])
+            packed = [_stored(prebuilt, f"packed{t}", (N, K // 2), torch.uint8) for t in range(n_terms)]
+            sz = [_stored(prebuilt, f"sz{t}", (K // INT4_GROUP, N, 2), torch.bfloat16) for t in range(n_terms)]
+            for p in parts:
+                p.scales_checked = True          # (checked when the stored packing was made)
         self.n_terms = len(packed)
         for t in range(self.n_terms):
             self.register_buffer(f"packed{t}", packed[t], persistent=False)
@@ -153,18 +162,34 @@ class _CudaInt4Part(nn.Module):
 class _Bf16Part(nn.Module):
     """One row part decoded once to a bfloat16 matrix; products in bfloat16, returned as float32."""
 
-    def __init__(self, q: QuantTensor) -> None:
+    def __init__(self, q: QuantTensor, prebuilt: Mapping[str, torch.Tensor] | None = None,
+                 rows: int | None = None) -> None:
+        """``prebuilt``: the stored matrix of ``rows`` rows (``q`` and the parts after it) instead of
+        decoding ``q``."""
         super().__init__()
-        w = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
-        for start in range(0, q.shape[0], PACK_ROWS):
-            part = q.row_slice(start, min(start + PACK_ROWS, q.shape[0]))
-            w[start:start + part.shape[0]] = part.dequantize(torch.bfloat16)
-            release_pages(part)
+        if prebuilt is not None:
+            w = _stored(prebuilt, "weight", (q.shape[0] if rows is None else rows, q.shape[1]), torch.bfloat16)
+        else:
+            w = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+            for start in range(0, q.shape[0], PACK_ROWS):
+                part = q.row_slice(start, min(start + PACK_ROWS, q.shape[0]))
+                w[start:start + part.shape[0]] = part.dequantize(torch.bfloat16)
+                release_pages(part)
         self.register_buffer("weight", w, persistent=False)
-        self.out_features = q.shape[0]
+        self.out_features = w.shape[0]
 
     def forward(self, x2: torch.Tensor) -> torch.Tensor:
         return F.linear(x2.to(torch.bfloat16), self.weight)
+
+
+def _stored(prebuilt: Mapping[str, torch.Tensor], name: str, shape: tuple[int, ...], dtype: torch.dtype
+            ) -> torch.Tensor:
+    """Buffer ``name`` of a stored packing, checked against the shape and dtype the part needs."""
+    t = prebuilt.get(name)
+    if t is None or tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+        found = "missing" if t is None else f"{t.dtype} {tuple(t.shape)}"
+        raise Mismatch(f"stored buffer {name}: {found}, expected {dtype} {tuple(shape)}")
+    return t
 
 
 class _DequantPart(nn.Module):
@@ -190,13 +215,18 @@ class QLinear(nn.Module):
     (``"int4"`` with one term, ``"bf16"``) returns bfloat16 (``narrow_out``)."""
 
     def __init__(self, parts: Sequence[QuantTensor], bias: torch.Tensor | None, *, dtype: torch.dtype,
-                 device: torch.device, kernel: str | None = None) -> None:
+                 device: torch.device, kernel: str | None = None,
+                 prebuilt: Mapping[str, torch.Tensor] | None = None) -> None:
+        """``prebuilt``: the buffers ``stored_buffers()`` returned for the same parts before (a
+        ``packed_cache`` hit), used instead of packing; ``Mismatch`` if they do not fit."""
         super().__init__()
         if kernel is not None and kernel not in KERNELS:
             raise ValueError(f"kernel {kernel!r} not understood (use one of {KERNELS})")
         groups = _group_parts(parts)
         self.kernels = [kernel or pick_kernel(g[0], device, rows=sum(p.shape[0] for p in g)) for g in groups]
-        self.parts = nn.ModuleList(_make_part(g, k, dtype, device) for g, k in zip(groups, self.kernels))
+        self.parts = nn.ModuleList(
+            _make_part(g, k, dtype, device, None if prebuilt is None else _prefixed(prebuilt, f"{j}."))
+            for j, (g, k) in enumerate(zip(groups, self.kernels)))
         self.in_features = parts[0].shape[1]
         self.out_features = sum(p.shape[0] for p in parts)
         self.dtype = dtype
@@ -239,12 +269,31 @@ class QLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, kernels={self.kernels}"
 
+    def stored_buffers(self) -> dict[str, torch.Tensor]:
+        """The buffers made at load by packing on the CPU (``"<part>.<buffer>"``), what ``prebuilt``
+        takes back; empty where nothing was packed (CUDA, raw blocks dequantized per call)."""
+        return {f"{j}.{name}": b for j, p in enumerate(self.parts) if isinstance(p, (_Int4Part, _Bf16Part))
+                for name, b in p.named_buffers()}
 
-def _make_part(group: list[QuantTensor], kernel: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+
+def _prefixed(d: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):]: v for k, v in d.items() if k.startswith(prefix)}
+
+
+def _make_part(group: list[QuantTensor], kernel: str, dtype: torch.dtype, device: torch.device,
+               prebuilt: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     if kernel == "int4" and device.type == "cuda":
         return _CudaInt4Part(group, device)
+    if prebuilt is not None and device.type != "cpu":
+        prebuilt = None
     if kernel == "int4" and all(p.shape[0] % 64 == 0 for p in group[:-1]):
-        return _Int4Part(group)                    # packed part by part into one result
+        return _Int4Part(group, prebuilt)          # packed part by part into one result
+    if kernel == "int4" and prebuilt is not None:
+        return _Int4Part(group, prebuilt)          # (the stored packing is of the whole group)
+    if kernel == "bf16" and prebuilt is not None:
+        for p in group:
+            p.scales_checked = True
+        return _Bf16Part(group[0], prebuilt, rows=sum(p.shape[0] for p in group))
     q = group[0] if len(group) == 1 else QuantTensor.cat(group)
     if kernel == "int4":
         return _Int4Part([q])

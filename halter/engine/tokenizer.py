@@ -96,10 +96,27 @@ class Tokenizer:
                             ignore_merges=options.get("ignore_merges", False))
 
     @classmethod
-    def from_gguf(cls, path: str | Path) -> "Tokenizer":
-        """Read the tokenizer of a GGUF file (metadata only)."""
-        meta = read_gguf_metadata(path, skip=(_K.HF_JSON, _K.CHAT_TEMPLATE))
-        return cls.from_gguf_metadata(meta, path=path)
+    def from_gguf(cls, path: str | Path, *, cache: bool = True) -> "Tokenizer":
+        """Read the tokenizer of a GGUF file (metadata only). ``cache``: load it from halter's
+        cache directory when an earlier build of the same file is stored there, else store this
+        build there (``halter.engine.tokenizer_cache``)."""
+        def build() -> "Tokenizer":
+            meta = read_gguf_metadata(path, skip=(_K.HF_JSON, _K.CHAT_TEMPLATE))
+            return cls.from_gguf_metadata(meta, path=path)
+        if not cache:
+            return build()
+        from halter.engine import tokenizer_cache
+        return tokenizer_cache.cached(path, build)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the token index, the vocabulary's own map (``__setstate__`` links it back)."""
+        return {**self.__dict__, "_ids": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._ids = self.vocab.token_index
+        if "_bpe" in state:
+            self._bpe._ids = self._ids
 
     @classmethod
     def from_gguf_metadata(cls, meta: dict[str, Any], *, path: str | Path | None = None) -> "Tokenizer":

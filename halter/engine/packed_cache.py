@@ -1,0 +1,119 @@
+"""The CPU kernels' form of a GGUF file's matrices, kept on disk so that later loads skip the packing.
+
+Loading a quantized file on the CPU rewrites its matrices into the layout torch's int4 kernel
+reads (and Q6_K into bfloat16): a pass over every weight byte, most of a load's time (SmolLM2-135M:
+~0.2 s of ~0.35 s, Gemma 3 270M: ~0.4 s). The result depends only on the file, torch and halter's
+packing code, so after the first load it is written to halter's cache directory
+(``packed/<key>.pt``, ``torch.save`` format) and later loads map that file instead
+(``torch.load(mmap=True)``: ~20 ms, pages read on first use and shared through the page cache, as
+llama.cpp maps the GGUF file itself).
+
+The key is the file's identity (resolved path, size, modification time, inode), the model's
+dtype, torch's version and ``PACK_FORMAT`` (raised whenever the packed layout changes): an edited
+or replaced file, another torch or another layout is a miss, never a stale hit. A stored file
+whose tensors do not have the names, shapes and dtypes the modules expect is deleted and the
+model packed afresh. The write runs on a background thread after the load (non-daemon: a process
+that ends right after its load still finishes it), to a temporary file renamed into place, and is
+skipped for packings smaller than ``MIN_BYTES`` (cheaper to redo than to read) or larger than a
+quarter of the cache's byte bound. ``Model.load(..., packed_cache=False)`` or
+``HALTER_PACKED_CACHE=0`` turns it off; ``halter cache clear`` deletes the files with the rest.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+from halter import cache
+
+PACK_FORMAT = 1                 # the layout of ``_Int4Part`` / ``_Bf16Part`` buffers
+MIN_BYTES = 8 << 20             # packings smaller than this are redone rather than stored
+_KIND = "packed"
+
+
+class Mismatch(ValueError):
+    """A stored packing does not fit the model's modules (names, shapes or dtypes)."""
+
+
+_writers: list[threading.Thread] = []
+
+
+def enabled() -> bool:
+    """False when ``HALTER_PACKED_CACHE`` is ``0`` (or ``false``/``no``/``off``)."""
+    return os.environ.get("HALTER_PACKED_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def key_for(path: str | os.PathLike[str], dtype: torch.dtype) -> str | None:
+    """The cache key of ``path``'s packing for a CPU model of ``dtype`` (None: the file cannot be
+    stat'ed)."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        return None
+    ident = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+             "dtype": str(dtype), "torch": torch.__version__, "format": PACK_FORMAT}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+def _file(key: str) -> Path:
+    return cache.path(_KIND, key, ".pt")
+
+
+def load(key: str) -> dict[str, torch.Tensor] | None:
+    """The stored tensors of ``key`` (memory-mapped, copy-on-write), or None when there are none
+    or the file is unreadable (then deleted)."""
+    p = _file(key)
+    if not p.is_file():
+        return None
+    try:
+        tensors = torch.load(p, mmap=True, weights_only=True, map_location="cpu")
+        if not isinstance(tensors, dict) or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+            raise ValueError("not a dict of tensors")
+    except Exception:  # noqa: BLE001 - any unreadable file (truncated, foreign, older torch) is rebuilt
+        discard(key)
+        return None
+    cache.touch(p)
+    return tensors
+
+
+def discard(key: str) -> None:
+    """Delete the stored file of ``key`` (a mismatch found after loading it)."""
+    try:
+        _file(key).unlink()
+    except OSError:
+        pass
+
+
+def store_later(key: str, tensors: dict[str, torch.Tensor]) -> threading.Thread | None:
+    """Write ``tensors`` under ``key`` on a background thread (returned; None when skipped: too
+    small, too large for the cache's bound, or nothing to store)."""
+    size = sum(t.numel() * t.element_size() for t in tensors.values())
+    if not tensors or size < MIN_BYTES or size > cache.max_bytes() // 4:
+        return None
+
+    def write(tmp: Path) -> None:
+        try:
+            torch.save(tensors, tmp)
+        except OSError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the zip writer's own errors (a full disk): no file
+            raise OSError(str(err)) from err
+
+    def run() -> None:
+        cache.write_atomic(_file(key), write)
+
+    thread = threading.Thread(target=run, name="halter-packed-cache", daemon=False)
+    thread.start()
+    _writers[:] = [t for t in _writers if t.is_alive()] + [thread]
+    return thread
+
+
+def wait() -> None:
+    """Wait for the writes started so far (tests; a process also waits for them at exit)."""
+    for t in list(_writers):
+        t.join()
