@@ -9,7 +9,8 @@ child does) and at batch 8 (``--batch`` sequences of ``--decode`` tokens, tokens
 second; halter after a short warm-up generation at batch 1 and 8, which builds its decode steps
 (loads numba and checks the fused step; traces a step per bucket where the fused step is not
 used) and is reported apart as ``warmup_s``), the resident set added by loading (RSS after the load minus RSS after the imports,
-compared with the file's tensor bytes), and the peak resident set (``ru_maxrss``) with the part
+compared with the file's tensor bytes) and by the time the prompt has run (every weight read
+once: halter's later loads map their stored packing, whose pages come in on first use), and the peak resident set (``ru_maxrss``) with the part
 added by loading and running (peak minus the resident set after the imports). Engines are interleaved within each
 repeat, medians of ``--repeats``; ratios are halter / peer.
 
@@ -36,7 +37,8 @@ import time
 
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(HERE))
-METRICS = ("load_s", "prompt_tps", "decode_tps", "batch_tps", "peak_rss_mb", "added_rss_mb", "load_rss_mb")
+METRICS = ("load_s", "prompt_tps", "decode_tps", "batch_tps", "peak_rss_mb", "added_rss_mb", "load_rss_mb",
+           "prompt_rss_mb")
 
 
 def _rss_mb() -> float:
@@ -73,6 +75,7 @@ def child_halter(a: dict) -> dict:
     t = time.perf_counter()
     m.eval_prompt(ids, 0)
     prompt_s = time.perf_counter() - t
+    prompt_rss = _rss_mb() - base        # every weight read once by now (a mapped stored packing too)
     # greedy selection alone (samplers=""), the argmax the llama.cpp child does; the default chain's
     # top-k over the vocabulary costs more (bench/engine_profile.py shows it)
     greedy = {"temperature": 0.0, "ignore_eos": True, "samplers": ""}
@@ -90,7 +93,8 @@ def child_halter(a: dict) -> dict:
     res = m.generate_batch(reqs)
     batch_tps = sum(len(x.tokens) for x in res) / (max(x.timings.decode_ms for x in res) / 1e3)
     return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=decode_tps, batch_tps=batch_tps,
-                base_mb=base, load_rss_mb=load_rss, threads=torch.get_num_threads(), warmup_s=warmup,
+                base_mb=base, load_rss_mb=load_rss, prompt_rss_mb=prompt_rss, threads=torch.get_num_threads(),
+                warmup_s=warmup,
                 decode_mode=m.decode_mode)
 
 
@@ -109,6 +113,7 @@ def child_llama(a: dict) -> dict:
     t = time.perf_counter()
     llm.eval(ids)
     prompt_s = time.perf_counter() - t
+    prompt_rss = _rss_mb() - base
     llm.reset()
     llm.eval(ids[:32])
     t = time.perf_counter()
@@ -122,7 +127,7 @@ def child_llama(a: dict) -> dict:
         print(f"llama.cpp batch decode: {type(exc).__name__}: {exc}", file=sys.stderr)
         batch_tps = None
     return dict(load_s=load, prompt_tps=a["prompt"] / prompt_s, decode_tps=decode_tps, batch_tps=batch_tps,
-                base_mb=base, load_rss_mb=load_rss)
+                base_mb=base, load_rss_mb=load_rss, prompt_rss_mb=prompt_rss)
 
 
 def _llama_batch(llm, llama_cpp, ids: list[int], a: dict) -> float:
@@ -297,13 +302,14 @@ def compare(args, out) -> dict:
         out(f"\n### {os.path.basename(model)} ({file_mb:.0f} MiB, {tensors_mb:.1f} MiB of tensors), {args.threads} "
             f"threads, prompt {args.prompt}, decode {args.decode}, batch {args.batch}, medians of {args.repeats}")
         out("| engine | load s | prompt tok/s | decode tok/s (batch 1) | decode tok/s (batch "
-            f"{args.batch}) | RSS added by loading MiB (x tensors) | peak RSS MiB | peak RSS added MiB |")
-        out("|---|---:|---:|---:|---:|---:|---:|---:|")
+            f"{args.batch}) | RSS added by loading MiB (x tensors) | RSS added after the prompt MiB (x tensors) "
+            "| peak RSS MiB | peak RSS added MiB |")
+        out("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         med: dict = {}
         for e, rs in runs.items():
             ok = [r for r in rs if "error" not in r]
             if not ok:
-                out(f"| {e} | failed: {rs[-1]['error'] if rs else 'not run'} |||||||")
+                out(f"| {e} | failed: {rs[-1]['error'] if rs else 'not run'} ||||||||")
                 continue
             med[e] = {k: statistics.median([r[k] for r in ok if r.get(k) is not None] or [float("nan")])
                       for k in METRICS}
@@ -311,6 +317,7 @@ def compare(args, out) -> dict:
             m["tensors_mb"] = tensors_mb
             out(f"| {e} | {m['load_s']:.2f} | {m['prompt_tps']:.0f} | {m['decode_tps']:.1f} | "
                 f"{m['batch_tps']:.1f} | {m['load_rss_mb']:.0f} ({m['load_rss_mb'] / tensors_mb:.2f}) | "
+                f"{m['prompt_rss_mb']:.0f} ({m['prompt_rss_mb'] / tensors_mb:.2f}) | "
                 f"{m['peak_rss_mb']:.0f} | {m['added_rss_mb']:.0f} |")
         if "halter" in med and firsts:
             med["halter"]["first_load_s"] = statistics.median(firsts)
@@ -340,13 +347,13 @@ def plot(table: dict, path: str) -> None:
     keys = [("first_load_s", "first load time\n(empty cache dir)", 2.0), ("load_s", "later load time", 2.0),
             ("prompt_tps", "prompt tok/s", 0.5),
             ("decode_tps", "decode tok/s, batch 1", 1.0), ("batch_tps", "decode tok/s, batch 8", None),
-            ("rss_x_tensors", "halter's RSS added by loading\n/ the file's tensor bytes", 1.25)]
+            ("rss_x_tensors", "halter's RSS added by loading\nand the prompt / tensor bytes", 1.25)]
     models = [m for m in table if "halter" in table[m] and len(table[m]) > 1]
     fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 3.8), squeeze=False)
     for ax, m in zip(axes[0], models):
         peer = "llama.cpp" if "llama.cpp" in table[m] else next(e for e in table[m] if e != "halter")
         h, p = table[m]["halter"], table[m][peer]
-        ratios = [h["load_rss_mb"] / h["tensors_mb"] if k == "rss_x_tensors" else
+        ratios = [h["prompt_rss_mb"] / h["tensors_mb"] if k == "rss_x_tensors" else
                   h.get(k, float("nan")) / p["load_s" if k == "first_load_s" else k] for k, _, _ in keys]
         xs = range(len(keys))
         lower_better = {"first_load_s", "load_s", "rss_x_tensors"}
