@@ -26,7 +26,8 @@ from halter.grammar import trie_kernel
 from halter.grammar.automaton import AUTOMATON_VERSION
 from halter.grammar.bitmask import pack_bits
 from halter.grammar.transitions import TransitionTable
-from halter.grammar.trie_walk import BATCH, or_by_key, owner_bits, owners_to_rows, sorted_unique, walk_trie_batch
+from halter.grammar.array_sets import sorted_unique
+from halter.grammar.trie_walk import BATCH, or_by_key, owner_bits, owners_to_rows, walk_trie_batch
 from halter.grammar.parser_state import Node
 from halter.grammar.state_masks import MaskAssembler
 from halter.grammar.trie import TokenTrie

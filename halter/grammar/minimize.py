@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from halter.grammar.array_sets import count_distinct
+
 SMALL_DFA = 16
 """DFAs with at most this many states are refined in plain Python; larger ones with numpy."""
 
@@ -61,7 +63,7 @@ def _refine_numpy(acc, byte_next, calls, tokens) -> list[int]:
     n = len(acc)
     table = np.asarray(byte_next, dtype=np.int64).reshape(n, -1)
     block = np.asarray(acc, dtype=np.int64)
-    n_blocks = len(np.unique(block))
+    n_blocks = count_distinct(block)
     with_extra = [q for q in range(n) if calls[q] or tokens[q]]     # states with call/token edges
     extra_col = np.zeros(n, dtype=np.int64)
     while True:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from halter.grammar.array_sets import count_distinct
+
 if TYPE_CHECKING:
     from halter.grammar.automaton import RuleAutomata
 
@@ -60,7 +62,7 @@ def _classes(a: "RuleAutomata", flat: np.ndarray) -> np.ndarray | None:
         hx = np.zeros(n + 1, dtype=np.uint64)      # position hashes, and a 0 for edges with one target
         hx[:n] = _mix(acc + _mix(height + _K_TGT) + np.uint64(1))
         sums = np.zeros(len(owner) + 1, dtype=np.uint64)
-        count = len(np.unique(hx[:n]))
+        count = count_distinct(hx[:n])
         # Moore's refinement is stable within n rounds, but each round is O(n): past a work budget
         # (long chains of rules need a round per rule) stop and merge nothing, which is always sound
         for _round in range(min(n + 1, max(64, _WORK_BUDGET // max(n, 1)))):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from halter.grammar.parser_state import OPAQUE_ID, Node, StateSpace
-from halter.grammar.trie_walk import sorted_unique
+from halter.grammar.array_sets import sorted_unique
 
 
 SMALL = 32

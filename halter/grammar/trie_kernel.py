@@ -19,7 +19,7 @@ import numpy as np
 
 from halter import jit
 from halter.grammar import slice_depth, slices
-from halter.grammar.trie_walk import sorted_unique
+from halter.grammar.array_sets import sorted_unique
 
 
 def _set_subtree(bits, row_lo, row_hi, row_first, row_count, tok_sorted, k):

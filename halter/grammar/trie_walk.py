@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from halter.grammar.array_sets import sorted_unique
 from halter.grammar.parser_state import Node
 from halter.grammar.trie import TokenTrie
 
@@ -159,15 +160,3 @@ def walk_subtrees(tt: TransitionTable, trie: TokenTrie, start: Node, nodes: np.n
     if want_escapes:
         return cat(found), sorted_unique(cat(escapes))
     return cat(found)
-
-
-def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """The distinct values of an integer array, sorted: ``np.unique`` without its hashing path,
-    which numpy 2.x takes for plain calls and which costs ~15x a sort on arrays of trie nodes."""
-    if len(values) < 2:
-        return values.copy()
-    out = np.sort(values)
-    keep = np.empty(len(out), dtype=bool)
-    keep[0] = True
-    np.not_equal(out[1:], out[:-1], out=keep[1:])
-    return out[keep]
