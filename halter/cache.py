@@ -112,6 +112,27 @@ def path(kind: str, key: str, suffix: str) -> Path:
     return directory() / kind / f"{key}{suffix}"
 
 
+_digests: dict[tuple[str, ...], str] = {}
+
+
+def source_digest(*modules: str) -> str:
+    """A sha256 (hex, 16 digits) of the source files of ``modules`` (dotted names, e.g.
+    ``"halter.engine.bpe"``), computed once per process: part of a cache key, so that stored
+    results made by other code are never read back."""
+    got = _digests.get(modules)
+    if got is None:
+        import importlib.util
+        h = hashlib.sha256()
+        for name in modules:
+            spec = importlib.util.find_spec(name)
+            origin = spec.origin if spec is not None else None
+            h.update(name.encode() + b"\0")
+            if origin:
+                h.update(Path(origin).read_bytes())
+        got = _digests[modules] = h.hexdigest()[:16]
+    return got
+
+
 def touch(p: Path) -> None:
     """Mark a file as just used (the LRU order is the files' modification times)."""
     try:

@@ -177,3 +177,13 @@ def test_tokenizer_cache_can_be_turned_off(cache_dir: Path, tmp_path: Path, monk
     monkeypatch.setenv("HALTER_TOKENIZER_CACHE", "0")
     Tokenizer.from_gguf(path)
     assert not (cache_dir / "tokenizers").exists()
+
+
+def test_keys_follow_the_code_that_makes_what_is_stored(tmp_path: Path, monkeypatch) -> None:
+    path = _model_file(tmp_path, "Q4_0")
+    packed, tok = packed_cache.key_for(path, torch.float32), tokenizer_cache.key_for(path)
+    assert packed_cache.key_for(path, torch.bfloat16) != packed
+    monkeypatch.setattr(packed_cache, "PACKING_MODULES", packed_cache.PACKING_MODULES + ("halter.engine.rope",))
+    monkeypatch.setattr(tokenizer_cache, "TOKENIZER_MODULES", tokenizer_cache.TOKENIZER_MODULES + ("halter.engine.rope",))
+    assert packed_cache.key_for(path, torch.float32) != packed
+    assert tokenizer_cache.key_for(path) != tok

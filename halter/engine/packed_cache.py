@@ -9,8 +9,8 @@ packing code, so after the first load it is written to halter's cache directory
 llama.cpp maps the GGUF file itself).
 
 The key is the file's identity (resolved path, size, modification time, inode), the model's
-dtype, torch's version and ``PACK_FORMAT`` (raised whenever the packed layout changes): an edited
-or replaced file, another torch or another layout is a miss, never a stale hit. A stored file
+dtype, torch's version and the source of the modules that make the packing (``halter.cache.source_digest``):
+an edited or replaced file, another torch or other packing code is a miss, never a stale hit. A stored file
 whose tensors do not have the names, shapes and dtypes the modules expect is deleted and the
 model packed afresh. The write runs on a background thread after the load (non-daemon: a process
 that ends right after its load still finishes it), to a temporary file renamed into place, and is
@@ -30,7 +30,8 @@ import torch
 
 from halter import cache
 
-PACK_FORMAT = 1                 # the layout of ``_Int4Part`` / ``_Bf16Part`` buffers
+PACKING_MODULES = ("halter.engine.packed_cache", "halter.engine.qlinear", "halter.engine.int4_pack",
+                   "halter.engine.quant_tensor", "halter.engine.dequant", "halter.engine.weights")
 MIN_BYTES = 8 << 20             # packings smaller than this are redone rather than stored
 _KIND = "packed"
 
@@ -56,7 +57,7 @@ def key_for(path: str | os.PathLike[str], dtype: torch.dtype) -> str | None:
     except OSError:
         return None
     ident = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
-             "dtype": str(dtype), "torch": torch.__version__, "format": PACK_FORMAT}
+             "dtype": str(dtype), "torch": torch.__version__, "code": cache.source_digest(*PACKING_MODULES)}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 

@@ -7,9 +7,9 @@ first build of a file is pickled to ``tokenizers/<key>.pkl`` (``halter.cache.sto
 written atomically, with an HMAC that ``load_pickle`` checks before unpickling) and later builds of
 the same file load it.
 
-The key is the file's identity (resolved path, size, modification time, inode), halter's version
-and ``FORMAT`` (raised when the tokenizer's attributes change): an edited or replaced file is a
-miss. ``HALTER_TOKENIZER_CACHE=0`` turns it off.
+The key is the file's identity (resolved path, size, modification time, inode) and the source of
+the modules that build a tokenizer (``halter.cache.source_digest``): an edited or replaced file,
+or other tokenizer code, is a miss. ``HALTER_TOKENIZER_CACHE=0`` turns it off.
 """
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ from halter import cache
 if TYPE_CHECKING:
     from halter.engine.tokenizer import Tokenizer
 
-FORMAT = 1
+TOKENIZER_MODULES = ("halter.engine.tokenizer", "halter.engine.tokenizer_cache", "halter.engine.bpe",
+                     "halter.engine.spm", "halter.engine.pretokenize", "halter.vocab.vocabulary",
+                     "halter.vocab.gguf_vocab", "halter.gguf.metadata")
 _KIND = "tokenizers"
 
 
@@ -35,14 +37,13 @@ def enabled() -> bool:
 
 def key_for(path: str | os.PathLike[str]) -> str | None:
     """The cache key of ``path``'s tokenizer (None: the file cannot be stat'ed)."""
-    from halter import __version__
     try:
         real = os.path.realpath(path)
         st = os.stat(real)
     except OSError:
         return None
     ident = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
-             "halter": __version__, "format": FORMAT}
+             "code": cache.source_digest(*TOKENIZER_MODULES)}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 
