@@ -187,3 +187,17 @@ def test_keys_follow_the_code_that_makes_what_is_stored(tmp_path: Path, monkeypa
     monkeypatch.setattr(tokenizer_cache, "TOKENIZER_MODULES", tokenizer_cache.TOKENIZER_MODULES + ("halter.engine.rope",))
     assert packed_cache.key_for(path, torch.float32) != packed
     assert tokenizer_cache.key_for(path) != tok
+
+
+def test_an_unwritable_cache_directory_only_costs_the_caching(tmp_path: Path, monkeypatch, capfd) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    monkeypatch.setenv("HALTER_CACHE_DIR", str(blocker / "cache"))     # every mkdir under it fails
+    monkeypatch.setattr(packed_cache, "MIN_BYTES", 0)
+    path = _model_file(tmp_path, "Q4_0")
+    m = Model.load(path, progress=False)
+    packed_cache.wait()
+    again = Model.load(path, progress=False)
+    assert torch.equal(_logits(again), _logits(m))
+    assert m.tokenizer.encode("abc") == Tokenizer.from_gguf(path, cache=False).encode("abc")
+    assert "Traceback" not in capfd.readouterr().err                  # (the writer thread failed quietly)
