@@ -144,6 +144,7 @@ def test_tokenizer_from_the_cache_tokenizes_as_a_fresh_one(cache_dir: Path, monk
         pytest.skip(f"{vocab} not present (../shared/vocab)")
     fresh = Tokenizer.from_gguf(vocab, cache=False)
     Tokenizer.from_gguf(vocab)                                  # builds and stores
+    tokenizer_cache.wait()
     assert len(list((cache_dir / "tokenizers").glob("*.pkl"))) == 1
 
     def no_build(*args, **kwargs):
@@ -163,6 +164,7 @@ def test_a_damaged_or_stale_tokenizer_is_rebuilt(cache_dir: Path, tmp_path: Path
     path = _model_file(tmp_path, "Q4_0")
     fresh = Tokenizer.from_gguf(path, cache=False)
     Tokenizer.from_gguf(path)
+    tokenizer_cache.wait()
     [stored] = (cache_dir / "tokenizers").glob("*.pkl")
     stored.write_bytes(stored.read_bytes()[:100])              # fails its HMAC check: never unpickled
     assert Tokenizer.from_gguf(path).encode("abc cab") == fresh.encode("abc cab")
@@ -176,6 +178,7 @@ def test_tokenizer_cache_can_be_turned_off(cache_dir: Path, tmp_path: Path, monk
     Tokenizer.from_gguf(path, cache=False)
     monkeypatch.setenv("HALTER_TOKENIZER_CACHE", "0")
     Tokenizer.from_gguf(path)
+    tokenizer_cache.wait()
     assert not (cache_dir / "tokenizers").exists()
 
 
@@ -200,4 +203,5 @@ def test_an_unwritable_cache_directory_only_costs_the_caching(tmp_path: Path, mo
     again = Model.load(path, progress=False)
     assert torch.equal(_logits(again), _logits(m))
     assert m.tokenizer.encode("abc") == Tokenizer.from_gguf(path, cache=False).encode("abc")
+    tokenizer_cache.wait()
     assert "Traceback" not in capfd.readouterr().err                  # (the writer thread failed quietly)

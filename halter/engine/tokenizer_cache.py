@@ -3,9 +3,9 @@
 Building a ``Tokenizer`` reads the file's token arrays and makes its tables as Python objects
 (texts, output bytes, the text-to-id map, merge ranks): ~0.12 s for SmolLM2's 49k tokens and 49k
 merges, ~0.3 s for Gemma 3's 262k tokens. Unpickling the built object takes a third of that. The
-first build of a file is pickled to ``tokenizers/<key>.pkl`` (``halter.cache.store_pickle``:
-written atomically, with an HMAC that ``load_pickle`` checks before unpickling) and later builds of
-the same file load it.
+first build of a file is pickled to ``tokenizers/<key>.pkl`` on a background thread
+(``halter.cache.store_pickle``: written atomically, with an HMAC that ``load_pickle`` checks before
+unpickling) and later builds of the same file load it.
 
 The key is the file's identity (resolved path, size, modification time, inode) and the source of
 the modules that build a tokenizer (``halter.cache.source_digest``): an edited or replaced file,
@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -28,6 +29,7 @@ TOKENIZER_MODULES = ("halter.engine.tokenizer", "halter.engine.tokenizer_cache",
                      "halter.engine.spm", "halter.engine.pretokenize", "halter.vocab.vocabulary",
                      "halter.vocab.gguf_vocab", "halter.gguf.metadata")
 _KIND = "tokenizers"
+_writers: list[threading.Thread] = []
 
 
 def enabled() -> bool:
@@ -63,5 +65,15 @@ def cached(path: str | os.PathLike[str], build: Callable[[], "Tokenizer"]) -> "T
         cache.touch(p)
         return tok
     tok = build()
-    cache.store_pickle(p, tok)
+    # stored on a thread: pickling and writing (~40 ms for SmolLM2's tokenizer) leave the first
+    # load's path; non-daemon, so a process ending at once still finishes the file
+    thread = threading.Thread(target=cache.store_pickle, args=(p, tok), name="halter-tokenizer-cache")
+    thread.start()
+    _writers[:] = [t for t in _writers if t.is_alive()] + [thread]
     return tok
+
+
+def wait() -> None:
+    """Wait for the stores started so far (tests; a process also waits for them at exit)."""
+    for t in list(_writers):
+        t.join()
