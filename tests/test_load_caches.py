@@ -205,3 +205,21 @@ def test_an_unwritable_cache_directory_only_costs_the_caching(tmp_path: Path, mo
     assert m.tokenizer.encode("abc") == Tokenizer.from_gguf(path, cache=False).encode("abc")
     tokenizer_cache.wait()
     assert "Traceback" not in capfd.readouterr().err                  # (the writer thread failed quietly)
+
+
+def test_a_model_that_fails_to_load_stores_nothing(cache_dir: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from halter.engine.gguf_loader import read_layout
+    from halter.errors import ModelLoadError
+    path = _model_file(tmp_path, "Q8_0")
+    _, infos = read_layout(path)
+    info = infos["token_embd.weight"]         # looked up in place: checked after the packing
+    data = bytearray(Path(path).read_bytes())
+    data[info.offset + 34 * 5:info.offset + 34 * 5 + 2] = np.array([np.nan], dtype=np.float16).tobytes()
+    bad = tmp_path / "nan.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match="NaN"):
+        Model.load(bad, progress=False)
+    packed_cache.wait()
+    assert _stored_files(cache_dir) == []

@@ -20,12 +20,14 @@ from halter.engine import fused_decode
 from halter.engine.config import ModelConfig
 from halter.engine.gguf_loader import Progress, load_gguf
 from halter.engine.kv_cache import KVCache
-from halter.engine.packed_cache import enabled as packed_cache_enabled, key_for as packed_cache_key
+from halter.engine.packed_cache import enabled as packed_cache_enabled, key_for as packed_cache_key, \
+    store_later as packed_cache_store
 from halter.engine.rope import Rope, rope_for
 from halter.engine.static_decode import StaticDecoder, resolve_mode
 from halter.engine.thread_governor import ThreadGovernor
 from halter.engine.transformer import Transformer
-from halter.engine.weights import fuse_dense_gate_up, install_quantized, skip_init, state_dict, trim_heap
+from halter.engine.weights import fuse_dense_gate_up, install_quantized, packed_buffers, skip_init, state_dict, \
+    trim_heap
 from halter.errors import ModelLoadError
 
 if TYPE_CHECKING:
@@ -142,7 +144,7 @@ class Model:
         try:
             key = packed_cache_key(path, dt) if packed_cache and dev.type == "cpu" and weights == "packed" \
                 and packed_cache_enabled() else None
-            rest = install_quantized(net, state_dict(config, tensors), dt, dev, cache_key=key)
+            rest, from_cache = install_quantized(net, state_dict(config, tensors), dt, dev, cache_key=key)
             if dev.type == "cuda":
                 fuse_dense_gate_up(net, rest)
             net.load_state_dict(rest, assign=True, strict=True)
@@ -159,6 +161,8 @@ class Model:
             cache.layer_ropes = [net.rope_swa if swa else rope for swa in config.swa_layers]
         if dev.type == "cpu":
             trim_heap()
+        if key is not None and not from_cache:    # a model that loaded: its packing for later loads
+            packed_cache_store(key, packed_buffers(net))
         return cls(os.fspath(path), config, net, rope, cache, n_batch, decode, adapt_threads=n_threads is None)
 
     def set_decode(self, mode: str = "auto", *, backend: str | Callable[..., Any] | None = None,

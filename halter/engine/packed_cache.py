@@ -9,13 +9,14 @@ packing code, so after the first load it is written to halter's cache directory
 llama.cpp maps the GGUF file itself).
 
 The key is the file's identity (resolved path, size, modification time, inode), the model's
-dtype, torch's version and the source of the modules that make the packing (``halter.cache.source_digest``):
-an edited or replaced file, another torch or other packing code is a miss, never a stale hit. A stored file
-whose tensors do not have the names, shapes and dtypes the modules expect is deleted and the
-model packed afresh. The write runs on a background thread after the load (non-daemon: a process
-that ends right after its load still finishes it), to a temporary file renamed into place, and is
-skipped for packings smaller than ``MIN_BYTES`` (cheaper to redo than to read) or larger than a
-quarter of the cache's byte bound. ``Model.load(..., packed_cache=False)`` or
+dtype, torch's version and the source of the modules that make the packing
+(``halter.cache.source_digest``): an edited or replaced file, another torch or other packing code
+is a miss, never a stale hit. A stored file whose tensors do not have the names, shapes and dtypes
+the modules expect is deleted and the model packed afresh. The write starts once the whole load
+has succeeded and runs on a background thread (non-daemon: a process that ends right after its
+load still finishes it), to a temporary file renamed into place; it is skipped for packings
+smaller than ``MIN_BYTES`` (cheaper to redo than to read) or larger than a quarter of the cache's
+byte bound. ``Model.load(..., packed_cache=False)`` or
 ``HALTER_PACKED_CACHE=0`` turns it off; ``halter cache clear`` deletes the files with the rest.
 """
 from __future__ import annotations

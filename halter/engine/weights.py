@@ -95,23 +95,30 @@ def skip_init() -> Iterator[None]:
 
 
 def install_quantized(net: Transformer, sd: dict[str, Any], dtype: torch.dtype,
-                       device: torch.device, *, cache_key: str | None = None) -> dict[str, Any]:
+                       device: torch.device, *, cache_key: str | None = None) -> tuple[dict[str, Any], bool]:
     """Swap the linear layers and embeddings whose weights are quantized for ``QLinear``/``QEmbedding``.
 
     ``cache_key`` (CPU): the file's ``packed_cache`` key; the packing stored under it is used
-    instead of packing, or, where there is none, the packing made here is stored under it.
-    Returns what is left of ``sd`` for ``load_state_dict``.
+    instead of packing. Returns what is left of ``sd`` for ``load_state_dict``, and whether a
+    stored packing was used (where not, ``packed_buffers(net)`` is what to store once the model
+    has loaded).
     """
     stored = packed_cache.load(cache_key) if cache_key is not None else None
     try:
-        return _install(net, sd, dtype, device, cache_key, stored)
+        return _install(net, sd, dtype, device, stored), stored is not None
     except packed_cache.Mismatch:                # a stored packing that does not fit: pack afresh
         packed_cache.discard(cache_key)  # type: ignore[arg-type]
-        return _install(net, sd, dtype, device, cache_key, None)
+        return _install(net, sd, dtype, device, None), False
+
+
+def packed_buffers(net: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every buffer the CPU packing made, by module and part (``packed_cache``'s stored form)."""
+    return {f"{name}.{k}": t for name, module in net.named_modules() if isinstance(module, QLinear)
+            for k, t in module.stored_buffers().items()}
 
 
 def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: torch.device,
-             cache_key: str | None, stored: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+             stored: dict[str, torch.Tensor] | None) -> dict[str, Any]:
     by_module: dict[str, dict[str, torch.Tensor]] = {}
     for name, t in (stored or {}).items():      # "layers.3.attention.wqkv.0.packed0": module, buffer
         module, _, buffer = name.rpartition(".")
@@ -123,7 +130,6 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
 
     rest = dict(sd)
     builds: list[tuple[torch.nn.Module, str, Callable[[], torch.nn.Module], int]] = []   # (parent, attribute, build, bytes packed)
-    names: list[str] = []
     for i, layer in enumerate(net.layers):       # gate and up of one type: one product, one kernel call
         w1, w3 = sd.get(f"layers.{i}.feed_forward.w1.weight"), sd.get(f"layers.{i}.feed_forward.w3.weight")
         if isinstance(w1, QuantTensor) and isinstance(w3, QuantTensor) and w1.ggml_type == w3.ggml_type:
@@ -132,7 +138,6 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
             builds.append((ff, "w13", functools.partial(QLinear, [w1, w3], None, dtype=dtype, device=device,
                                                         prebuilt=prebuilt(name)),
                            0 if stored is not None else w1.nbytes + w3.nbytes))
-            names.append(name)
             ff.w1 = ff.w3 = None
             del rest[f"layers.{i}.feed_forward.w1.weight"], rest[f"layers.{i}.feed_forward.w3.weight"]
     for key, value in sd.items():
@@ -152,14 +157,9 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
             build = functools.partial(QLinear, parts, bias, dtype=dtype, device=device, prebuilt=prebuilt(path))
             cost = 0 if stored is not None else sum(q.nbytes for q in parts)
         builds.append((parent, attr, build, cost))
-        names.append(path)
     modules = _build_all([b[2] for b in builds], device, [b[3] for b in builds])
     for (parent, attr, _, _), module in zip(builds, modules):
         setattr(parent, attr, module)
-    if cache_key is not None and stored is None:
-        packed_cache.store_later(cache_key, {f"{name}.{k}": t for name, module in zip(names, modules)
-                                             if isinstance(module, QLinear)
-                                             for k, t in module.stored_buffers().items()})
     for value in sd.values():        # file pages read while packing: only lookups come back
         for q in value if isinstance(value, list) else [value]:
             if isinstance(q, QuantTensor):
