@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import pickle
 import threading
@@ -131,6 +132,42 @@ def source_digest(*modules: str) -> str:
                 h.update(Path(origin).read_bytes())
         got = _digests[modules] = h.hexdigest()[:16]
     return got
+
+
+def switched_on(variable: str) -> bool:
+    """False when the environment variable ``variable`` is ``0``, ``false``, ``no`` or ``off``."""
+    return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def file_key(path: str | os.PathLike[str], **extra: Any) -> str | None:
+    """A key (sha256 hex) for what is derived from the file ``path``: its identity (resolved path,
+    size, modification time in nanoseconds, inode) and ``extra`` (JSON values: what else the
+    result depends on). None when the file cannot be stat'ed."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        return None
+    ident = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, **extra}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+_writers: list[threading.Thread] = []
+
+
+def write_in_background(write: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
+    """Run ``write(*args)`` (a cache write) on a non-daemon thread: off the caller's path, and a
+    process that ends at once still finishes it."""
+    thread = threading.Thread(target=write, args=args, name=name, daemon=False)
+    thread.start()
+    _writers[:] = [t for t in _writers if t.is_alive()] + [thread]
+    return thread
+
+
+def wait_for_writes() -> None:
+    """Wait for the background writes started so far (tests; a process also waits at exit)."""
+    for t in list(_writers):
+        t.join()
 
 
 def touch(p: Path) -> None:

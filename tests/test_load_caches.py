@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from halter import Model
+from halter import Model, cache
 from halter.engine import build_tiny_gguf, packed_cache, tokenizer_cache
 from halter.engine import qlinear as qlinear_mod
 from halter.engine.qlinear import QLinear, weight_bytes
@@ -68,7 +68,7 @@ def test_prebuilt_buffers_that_do_not_fit_are_refused() -> None:
 def test_second_load_maps_the_stored_packing(cache_dir: Path, tmp_path: Path, monkeypatch, dtype: str) -> None:
     path = _model_file(tmp_path, dtype)
     first = Model.load(path, progress=False)
-    packed_cache.wait()
+    cache.wait_for_writes()
     assert len(_stored_files(cache_dir)) == 1
     expected = _logits(first)
 
@@ -86,13 +86,13 @@ def test_second_load_maps_the_stored_packing(cache_dir: Path, tmp_path: Path, mo
 def test_a_changed_file_is_packed_afresh(cache_dir: Path, tmp_path: Path) -> None:
     path = _model_file(tmp_path, "Q4_0")
     Model.load(path, progress=False)
-    packed_cache.wait()
+    cache.wait_for_writes()
     build_tiny_gguf(path, n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, dtype="Q4_0", seed=6)
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))   # (even within one clock tick)
     fresh = Model.load(path, progress=False, packed_cache=False)
     reloaded = Model.load(path, progress=False)
-    packed_cache.wait()
+    cache.wait_for_writes()
     assert torch.equal(_logits(reloaded), _logits(fresh))
     assert len(_stored_files(cache_dir)) == 2                  # one per version of the file
 
@@ -101,7 +101,7 @@ def test_a_changed_file_is_packed_afresh(cache_dir: Path, tmp_path: Path) -> Non
 def test_a_damaged_stored_packing_is_replaced(cache_dir: Path, tmp_path: Path, damage: str) -> None:
     path = _model_file(tmp_path, "Q8_0")
     expected = _logits(Model.load(path, progress=False))
-    packed_cache.wait()
+    cache.wait_for_writes()
     [stored] = _stored_files(cache_dir)
     if damage == "truncated":
         stored.write_bytes(stored.read_bytes()[: stored.stat().st_size // 3])
@@ -112,7 +112,7 @@ def test_a_damaged_stored_packing_is_replaced(cache_dir: Path, tmp_path: Path, d
         torch.save({"x": [1, 2, 3]}, stored)
     again = Model.load(path, progress=False)
     assert torch.equal(_logits(again), expected)
-    packed_cache.wait()
+    cache.wait_for_writes()
     assert _stored_files(cache_dir) == [stored]                 # rewritten in place, same key
     assert torch.equal(_logits(Model.load(path, progress=False)), expected)    # and now a hit
 
@@ -122,14 +122,14 @@ def test_packed_cache_can_be_turned_off(cache_dir: Path, tmp_path: Path, monkeyp
     Model.load(path, progress=False, packed_cache=False)
     monkeypatch.setenv("HALTER_PACKED_CACHE", "0")
     Model.load(path, progress=False)
-    packed_cache.wait()
+    cache.wait_for_writes()
     assert _stored_files(cache_dir) == []
 
 
 def test_small_packings_are_not_stored(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HALTER_CACHE_DIR", str(tmp_path / "cache"))
     Model.load(_model_file(tmp_path, "Q4_0"), progress=False)     # well under MIN_BYTES
-    packed_cache.wait()
+    cache.wait_for_writes()
     assert _stored_files(tmp_path / "cache") == []
 
 
@@ -144,7 +144,7 @@ def test_tokenizer_from_the_cache_tokenizes_as_a_fresh_one(cache_dir: Path, monk
         pytest.skip(f"{vocab} not present (../shared/vocab)")
     fresh = Tokenizer.from_gguf(vocab, cache=False)
     Tokenizer.from_gguf(vocab)                                  # builds and stores
-    tokenizer_cache.wait()
+    cache.wait_for_writes()
     assert len(list((cache_dir / "tokenizers").glob("*.pkl"))) == 1
 
     def no_build(*args, **kwargs):
@@ -164,7 +164,7 @@ def test_a_damaged_or_stale_tokenizer_is_rebuilt(cache_dir: Path, tmp_path: Path
     path = _model_file(tmp_path, "Q4_0")
     fresh = Tokenizer.from_gguf(path, cache=False)
     Tokenizer.from_gguf(path)
-    tokenizer_cache.wait()
+    cache.wait_for_writes()
     [stored] = (cache_dir / "tokenizers").glob("*.pkl")
     stored.write_bytes(stored.read_bytes()[:100])              # fails its HMAC check: never unpickled
     assert Tokenizer.from_gguf(path).encode("abc cab") == fresh.encode("abc cab")
@@ -178,7 +178,7 @@ def test_tokenizer_cache_can_be_turned_off(cache_dir: Path, tmp_path: Path, monk
     Tokenizer.from_gguf(path, cache=False)
     monkeypatch.setenv("HALTER_TOKENIZER_CACHE", "0")
     Tokenizer.from_gguf(path)
-    tokenizer_cache.wait()
+    cache.wait_for_writes()
     assert not (cache_dir / "tokenizers").exists()
 
 
@@ -199,11 +199,11 @@ def test_an_unwritable_cache_directory_only_costs_the_caching(tmp_path: Path, mo
     monkeypatch.setattr(packed_cache, "MIN_BYTES", 0)
     path = _model_file(tmp_path, "Q4_0")
     m = Model.load(path, progress=False)
-    packed_cache.wait()
+    cache.wait_for_writes()
     again = Model.load(path, progress=False)
     assert torch.equal(_logits(again), _logits(m))
     assert m.tokenizer.encode("abc") == Tokenizer.from_gguf(path, cache=False).encode("abc")
-    tokenizer_cache.wait()
+    cache.wait_for_writes()
     assert "Traceback" not in capfd.readouterr().err                  # (the writer thread failed quietly)
 
 
@@ -221,5 +221,5 @@ def test_a_model_that_fails_to_load_stores_nothing(cache_dir: Path, tmp_path: Pa
     bad.write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match="NaN"):
         Model.load(bad, progress=False)
-    packed_cache.wait()
+    cache.wait_for_writes()
     assert _stored_files(cache_dir) == []

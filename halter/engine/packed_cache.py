@@ -21,8 +21,6 @@ byte bound. ``Model.load(..., packed_cache=False)`` or
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import threading
 from pathlib import Path
@@ -41,25 +39,16 @@ class Mismatch(ValueError):
     """A stored packing does not fit the model's modules (names, shapes or dtypes)."""
 
 
-_writers: list[threading.Thread] = []
-
-
 def enabled() -> bool:
     """False when ``HALTER_PACKED_CACHE`` is ``0`` (or ``false``/``no``/``off``)."""
-    return os.environ.get("HALTER_PACKED_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return cache.switched_on("HALTER_PACKED_CACHE")
 
 
 def key_for(path: str | os.PathLike[str], dtype: torch.dtype) -> str | None:
     """The cache key of ``path``'s packing for a CPU model of ``dtype`` (None: the file cannot be
     stat'ed)."""
-    try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
-    except OSError:
-        return None
-    ident = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
-             "dtype": str(dtype), "torch": torch.__version__, "code": cache.source_digest(*PACKING_MODULES)}
-    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+    return cache.file_key(path, dtype=str(dtype), torch=torch.__version__,
+                          code=cache.source_digest(*PACKING_MODULES))
 
 
 def _file(key: str) -> Path:
@@ -106,16 +95,4 @@ def store_later(key: str, tensors: dict[str, torch.Tensor]) -> threading.Thread 
         except Exception as err:  # noqa: BLE001 - the zip writer's own errors (a full disk): no file
             raise OSError(str(err)) from err
 
-    def run() -> None:
-        cache.write_atomic(_file(key), write)
-
-    thread = threading.Thread(target=run, name="halter-packed-cache", daemon=False)
-    thread.start()
-    _writers[:] = [t for t in _writers if t.is_alive()] + [thread]
-    return thread
-
-
-def wait() -> None:
-    """Wait for the writes started so far (tests; a process also waits for them at exit)."""
-    for t in list(_writers):
-        t.join()
+    return cache.write_in_background(cache.write_atomic, _file(key), write, name="halter-packed-cache")

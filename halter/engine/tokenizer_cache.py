@@ -13,10 +13,7 @@ or other tokenizer code, is a miss. ``HALTER_TOKENIZER_CACHE=0`` turns it off.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -29,24 +26,16 @@ TOKENIZER_MODULES = ("halter.engine.tokenizer", "halter.engine.tokenizer_cache",
                      "halter.engine.spm", "halter.engine.pretokenize", "halter.vocab.vocabulary",
                      "halter.vocab.gguf_vocab", "halter.gguf.metadata")
 _KIND = "tokenizers"
-_writers: list[threading.Thread] = []
 
 
 def enabled() -> bool:
     """False when ``HALTER_TOKENIZER_CACHE`` is ``0`` (or ``false``/``no``/``off``)."""
-    return os.environ.get("HALTER_TOKENIZER_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return cache.switched_on("HALTER_TOKENIZER_CACHE")
 
 
 def key_for(path: str | os.PathLike[str]) -> str | None:
     """The cache key of ``path``'s tokenizer (None: the file cannot be stat'ed)."""
-    try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
-    except OSError:
-        return None
-    ident = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
-             "code": cache.source_digest(*TOKENIZER_MODULES)}
-    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+    return cache.file_key(path, code=cache.source_digest(*TOKENIZER_MODULES))
 
 
 def _file(key: str) -> Path:
@@ -65,15 +54,6 @@ def cached(path: str | os.PathLike[str], build: Callable[[], "Tokenizer"]) -> "T
         cache.touch(p)
         return tok
     tok = build()
-    # stored on a thread: pickling and writing (~40 ms for SmolLM2's tokenizer) leave the first
-    # load's path; non-daemon, so a process ending at once still finishes the file
-    thread = threading.Thread(target=cache.store_pickle, args=(p, tok), name="halter-tokenizer-cache")
-    thread.start()
-    _writers[:] = [t for t in _writers if t.is_alive()] + [thread]
+    # pickling and writing (~40 ms for SmolLM2's tokenizer) leave the first load's path
+    cache.write_in_background(cache.store_pickle, p, tok, name="halter-tokenizer-cache")
     return tok
-
-
-def wait() -> None:
-    """Wait for the stores started so far (tests; a process also waits for them at exit)."""
-    for t in list(_writers):
-        t.join()
