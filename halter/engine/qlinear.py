@@ -104,8 +104,6 @@ class _Int4Part(nn.Module):
             n_terms = len(LAZY_CODES[parts[0].type_name])
             packed = [_stored(prebuilt, f"packed{t}", (N, K // 2), torch.uint8) for t in range(n_terms)]
             sz = [_stored(prebuilt, f"sz{t}", (K // INT4_GROUP, N, 2), torch.bfloat16) for t in range(n_terms)]
-            for p in parts:
-                p.scales_checked = True          # (checked when the stored packing was made)
         self.n_terms = len(packed)
         for t in range(self.n_terms):
             self.register_buffer(f"packed{t}", packed[t], persistent=False)
@@ -284,16 +282,15 @@ def _make_part(group: list[QuantTensor], kernel: str, dtype: torch.dtype, device
                prebuilt: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     if kernel == "int4" and device.type == "cuda":
         return _CudaInt4Part(group, device)
-    if prebuilt is not None and device.type != "cpu":
-        prebuilt = None
-    if kernel == "int4" and all(p.shape[0] % 64 == 0 for p in group[:-1]):
-        return _Int4Part(group, prebuilt)          # packed part by part into one result
-    if kernel == "int4" and prebuilt is not None:
-        return _Int4Part(group, prebuilt)          # (the stored packing is of the whole group)
-    if kernel == "bf16" and prebuilt is not None:
+    if prebuilt is not None and device.type == "cpu":      # a stored packing of the whole group
         for p in group:
-            p.scales_checked = True
-        return _Bf16Part(group[0], prebuilt, rows=sum(p.shape[0] for p in group))
+            p.scales_checked = True                # (checked when the stored packing was made)
+        if kernel == "int4":
+            return _Int4Part(group, prebuilt)
+        if kernel == "bf16":
+            return _Bf16Part(group[0], prebuilt, rows=sum(p.shape[0] for p in group))
+    if kernel == "int4" and all(p.shape[0] % 64 == 0 for p in group[:-1]):
+        return _Int4Part(group)                    # packed part by part into one result
     q = group[0] if len(group) == 1 else QuantTensor.cat(group)
     if kernel == "int4":
         return _Int4Part([q])
