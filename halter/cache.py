@@ -1,9 +1,9 @@
 """halter's one cache: every memo kept in memory and every file kept on disk, bounded and clearable.
 
 On disk, everything lives under one directory, ``$HALTER_CACHE_DIR`` (default ``~/.cache/halter``):
-parsed grammars, token tries, compiled tables, GGUF tokenizers and packed weights (``tokenizers/``,
-``packed/``: ``halter.engine.tokenizer_cache``, ``halter.engine.packed_cache``), fetched models. The directory is bounded in bytes
-(``$HALTER_CACHE_MB``, default 4096) and in files (``$HALTER_CACHE_FILES``, default 20,000); when a
+parsed grammars, token tries, compiled tables, GGUF tokenizers and packed weights
+(``tokenizers/``, ``packed/``: ``halter.engine.tokenizer_cache``, ``halter.engine.packed_cache``),
+fetched models. The directory is bounded in bytes (``$HALTER_CACHE_MB``, default 4096) and in files (``$HALTER_CACHE_FILES``, default 20,000); when a
 write takes it past either bound, the least recently used files are deleted (a read counts as a
 use) down to 90% of the bound — except downloaded models (``models/``, see ``halter.fetch``),
 which only ``clear`` deletes. A write costs O(1): the process keeps a running count of the
