@@ -30,7 +30,8 @@ import torch
 from halter import cache
 
 PACKING_MODULES = ("halter.engine.packed_cache", "halter.engine.qlinear", "halter.engine.int4_pack",
-                   "halter.engine.quant_tensor", "halter.engine.dequant", "halter.engine.weights")
+                   "halter.engine.q8_product", "halter.engine.quant_tensor", "halter.engine.dequant",
+                   "halter.engine.weights")
 MIN_BYTES = 8 << 20             # packings smaller than this are redone rather than stored
 _KIND = "packed"
 

@@ -1,8 +1,11 @@
 """Linear layers and embeddings whose weights stay quantized in memory.
 
 ``QLinear`` computes ``x @ W.T (+ b)`` for a weight given as ``QuantTensor`` row parts, with one of
-three kernels, picked per device and type (``pick_kernel``):
+four kernels, picked per device and type (``pick_kernel``):
 
+* ``"q8"`` (CPU, where numba runs; Q8_0 matrices of at least ``Q8_MIN_ROWS`` rows: the output
+  layers): the file's 8-bit codes and float16 scales as they are, rearranged into the tiles of
+  ``q8_product``'s compiled kernel (the file's bytes exactly; float32 products).
 * ``"int4"`` (CPU; Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0): the weight is rewritten once, at
   load, as one or two 4-bit terms (``QuantTensor.int4_terms``) packed for
   ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with bfloat16 scales and offsets per group of 32.
@@ -31,13 +34,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from halter.engine import q8_product
 from halter.engine.int4_pack import PACK_ROWS, pack_cpu, pack_cuda_nibbles
 from halter.engine.packed_cache import Mismatch
 from halter.engine.quant_tensor import INT4_GROUP, LAZY_CODES, QuantTensor, release_pages
 
-KERNELS = ("int4", "bf16", "dequant")
+KERNELS = ("int4", "bf16", "dequant", "q8")
 INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K")
 BF16_DEFAULT = ("Q6_K",)
+# the "q8" kernel from this many rows up: vocabulary-sized output layers, where it was measured
+# (SmolLM2's [49152, 576], Gemma 3's [262144, 640]: as fast as or faster than two int4 terms, 15 %
+# fewer bytes); smaller products stay with torch's kernel, whose thread team the step's other
+# products use (numba's is another)
+Q8_MIN_ROWS = 16384
 _scratch: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
 
@@ -62,7 +71,8 @@ def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None
     """The kernel for ``part``'s type on ``device`` (``"int4"`` needs rows a multiple of 16 on
     the CPU, of 8 on CUDA), else ``"dequant"``.
 
-    On the CPU: ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
+    On the CPU: ``"q8"`` for Q8_0 output layers (``Q8_MIN_ROWS``; the file's bytes, where numba
+    runs); ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
     5-bit types (1.8x: their second term spends four bits on each one-bit plane, the price of an
     exact form the fast kernel takes); ``"bf16"`` for Q6_K (2.4x); ``"dequant"`` for Q2_K, Q3_K.
     """
@@ -74,6 +84,8 @@ def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None
         return "bf16" if part.type_name in BF16_DEFAULT else "dequant"
     if device.type != "cpu":
         return "dequant"
+    if rows >= Q8_MIN_ROWS and q8_product.supported(part, rows):
+        return "q8"
     if part.type_name in INT4_DEFAULT and rows % 16 == 0 and part.shape[1] % INT4_GROUP == 0 \
             and int4_available():
         return "int4"
@@ -155,6 +167,30 @@ class _CudaInt4Part(nn.Module):
         if self.n_terms > 1:
             y = y.float().add_(mm(xb, self.packed1, INT4_GROUP, self.sz1))
         return y
+
+
+class _Q8Part(nn.Module):
+    """Q8_0 row parts kept as the file's codes and scales in ``q8_product``'s tiles; float32 out."""
+
+    def __init__(self, parts: Sequence[QuantTensor], prebuilt: Mapping[str, torch.Tensor] | None = None) -> None:
+        super().__init__()
+        if prebuilt is None:
+            codes, scales = q8_product.pack(parts)
+        else:
+            N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
+            T, nb = N // q8_product.TILE, K // q8_product.BLOCK
+            codes = _stored(prebuilt, "codes", (T, nb, q8_product.BLOCK, q8_product.TILE), torch.int8)
+            scales = _stored(prebuilt, "scales", (T, nb, q8_product.TILE), torch.int16)
+        self.register_buffer("codes", codes, persistent=False)
+        self.register_buffer("scales", scales, persistent=False)
+        self.out_features = codes.shape[0] * q8_product.TILE
+
+    def bound(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        codes, scales, product = self.codes, self.scales, q8_product.product
+        return lambda x2: product(codes, scales, x2)
+
+    def forward(self, x2: torch.Tensor) -> torch.Tensor:
+        return q8_product.product(self.codes, self.scales, x2)
 
 
 class _Bf16Part(nn.Module):
@@ -270,7 +306,7 @@ class QLinear(nn.Module):
     def stored_buffers(self) -> dict[str, torch.Tensor]:
         """The buffers made at load by packing on the CPU (``"<part>.<buffer>"``), what ``prebuilt``
         takes back; empty where nothing was packed (CUDA, raw blocks dequantized per call)."""
-        return {f"{j}.{name}": b for j, p in enumerate(self.parts) if isinstance(p, (_Int4Part, _Bf16Part))
+        return {f"{j}.{name}": b for j, p in enumerate(self.parts) if isinstance(p, (_Int4Part, _Bf16Part, _Q8Part))
                 for name, b in p.named_buffers()}
 
 
@@ -287,8 +323,12 @@ def _make_part(group: list[QuantTensor], kernel: str, dtype: torch.dtype, device
             p.scales_checked = True                # (checked when the stored packing was made)
         if kernel == "int4":
             return _Int4Part(group, prebuilt)
+        if kernel == "q8":
+            return _Q8Part(group, prebuilt)
         if kernel == "bf16":
             return _Bf16Part(group[0], prebuilt, rows=sum(p.shape[0] for p in group))
+    if kernel == "q8":
+        return _Q8Part(group)
     if kernel == "int4" and all(p.shape[0] % 64 == 0 for p in group[:-1]):
         return _Int4Part(group)                    # packed part by part into one result
     q = group[0] if len(group) == 1 else QuantTensor.cat(group)
