@@ -80,77 +80,86 @@ def product_reference(codes: np.ndarray, scales: np.ndarray, x: np.ndarray) -> n
     return x.astype(np.float32) @ w.T
 
 
-def _build(nb_mod: Any) -> Any:
-    from numba import prange  # noqa: F401 - bound in the kernels' globals
+prange = range           # numba's parallel range where the kernels are compiled (``_build``)
 
-    @nb_mod.njit(inline="always")
-    def widen_scales(bits, su, sv):
-        """``sv[:] = float32(the float16 values of bits)``, ``su`` the uint32 view of ``sv``: the
-        bits moved into place (sign; exponent rebiased 15 -> 127; mantissa m). A zero or subnormal
-        half (exponent 0) comes out as +-(2**-15 + m * 2**-25), where its value is +-m * 2**-24:
-        twice that minus +-2**-14, exact in float32."""
-        for r in range(TILE):
-            h = np.uint32(bits[r])
-            su[r] = ((h & np.uint32(0x8000)) << np.uint32(16)) | \
-                ((h & np.uint32(0x7FFF)) + np.uint32(0x1C000)) << np.uint32(13)
-        for r in range(TILE):
-            v = sv[r]
-            if np.uint32(bits[r]) & np.uint32(0x7C00) == 0:
-                sv[r] = v + v - (np.float32(2.0 ** -14) if v > 0 else np.float32(-(2.0 ** -14)))
 
-    @nb_mod.njit(parallel=True, fastmath=True, nogil=True, cache=True)
-    def one_row(codes, scales, x, y):
-        n_tiles, nb = codes.shape[0], codes.shape[1]
-        chunk = 16
-        for c in prange((n_tiles + chunk - 1) // chunk):
-            acc = np.empty(TILE, np.float32)
-            out = np.empty(TILE, np.float32)
-            sv = np.empty(TILE, np.float32)
-            su = sv.view(np.uint32)
-            for t in range(c * chunk, min(n_tiles, (c + 1) * chunk)):
-                out[:] = 0
-                for b in range(nb):
-                    acc[:] = 0
-                    for k in range(BLOCK):
-                        xv = x[b * BLOCK + k]
-                        w = codes[t, b, k]
-                        for r in range(TILE):
-                            acc[r] += np.float32(w[r]) * xv
-                    widen_scales(scales[t, b], su, sv)
-                    for r in range(TILE):
-                        out[r] += acc[r] * sv[r]
-                for r in range(TILE):
-                    y[t * TILE + r] = out[r]
+def _widen_scales(bits, su, sv):
+    """``sv[:] = float32(the float16 values of bits)``, ``su`` the uint32 view of ``sv``: the bits
+    moved into place (sign; exponent rebiased 15 -> 127; mantissa m). A zero or subnormal half
+    (exponent 0) comes out as +-(2**-15 + m * 2**-25), where its value is +-m * 2**-24: twice that
+    minus +-2**-14, exact in float32."""
+    for r in range(TILE):
+        h = np.uint32(bits[r])
+        su[r] = ((h & np.uint32(0x8000)) << np.uint32(16)) | \
+            ((h & np.uint32(0x7FFF)) + np.uint32(0x1C000)) << np.uint32(13)
+    for r in range(TILE):
+        v = sv[r]
+        if np.uint32(bits[r]) & np.uint32(0x7C00) == 0:
+            sv[r] = v + v - (np.float32(2.0 ** -14) if v > 0 else np.float32(-(2.0 ** -14)))
 
-    @nb_mod.njit(parallel=True, fastmath=True, nogil=True, cache=True)
-    def rows(codes, scales, x, y):
-        n_tiles, nb = codes.shape[0], codes.shape[1]
-        M = x.shape[0]
-        for t in prange(n_tiles):
-            wf = np.empty(TILE, np.float32)
-            sv = np.empty(TILE, np.float32)
-            su = sv.view(np.uint32)
-            acc = np.empty((M, TILE), np.float32)
-            out = np.zeros((M, TILE), np.float32)
+
+def _one_row(codes, scales, x, y):
+    """``y = W @ x`` for one row ``x [K]``: tiles split over the team in chunks of 16."""
+    n_tiles, nb = codes.shape[0], codes.shape[1]
+    chunk = 16
+    for c in prange((n_tiles + chunk - 1) // chunk):
+        acc = np.empty(TILE, np.float32)
+        out = np.empty(TILE, np.float32)
+        sv = np.empty(TILE, np.float32)
+        su = sv.view(np.uint32)
+        for t in range(c * chunk, min(n_tiles, (c + 1) * chunk)):
+            out[:] = 0
             for b in range(nb):
                 acc[:] = 0
                 for k in range(BLOCK):
+                    xv = x[b * BLOCK + k]
                     w = codes[t, b, k]
                     for r in range(TILE):
-                        wf[r] = np.float32(w[r])
-                    for m in range(M):
-                        xv = x[m, b * BLOCK + k]
-                        for r in range(TILE):
-                            acc[m, r] += wf[r] * xv
-                widen_scales(scales[t, b], su, sv)
+                        acc[r] += np.float32(w[r]) * xv
+                _widen_scales(scales[t, b], su, sv)
+                for r in range(TILE):
+                    out[r] += acc[r] * sv[r]
+            for r in range(TILE):
+                y[t * TILE + r] = out[r]
+
+
+def _rows(codes, scales, x, y):
+    """``y = x @ W.T`` for rows ``x [M, K]``: each code widened once for all rows."""
+    n_tiles, nb = codes.shape[0], codes.shape[1]
+    M = x.shape[0]
+    for t in prange(n_tiles):
+        wf = np.empty(TILE, np.float32)
+        sv = np.empty(TILE, np.float32)
+        su = sv.view(np.uint32)
+        acc = np.empty((M, TILE), np.float32)
+        out = np.zeros((M, TILE), np.float32)
+        for b in range(nb):
+            acc[:] = 0
+            for k in range(BLOCK):
+                w = codes[t, b, k]
+                for r in range(TILE):
+                    wf[r] = np.float32(w[r])
                 for m in range(M):
+                    xv = x[m, b * BLOCK + k]
                     for r in range(TILE):
-                        out[m, r] += acc[m, r] * sv[r]
+                        acc[m, r] += wf[r] * xv
+            _widen_scales(scales[t, b], su, sv)
             for m in range(M):
                 for r in range(TILE):
-                    y[m, t * TILE + r] = out[m, r]
+                    out[m, r] += acc[m, r] * sv[r]
+        for m in range(M):
+            for r in range(TILE):
+                y[m, t * TILE + r] = out[m, r]
 
-    return one_row, rows
+
+def _build(numba: Any) -> tuple[Any, Any]:
+    """The kernels compiled in place (module-level functions, so that numba's disk cache keeps
+    them): reassociated sums and fused multiply-adds only (NaN and infinities keep their meaning)."""
+    g = globals()
+    g["prange"] = numba.prange
+    g["_widen_scales"] = numba.njit(cache=True, nogil=True, inline="always")(_widen_scales)
+    kernel = numba.njit(parallel=True, cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
+    return kernel(_one_row), kernel(_rows)
 
 
 def product(codes: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
