@@ -17,7 +17,8 @@ from halter.errors import ModelLoadError
 from tests.test_engine_packed import random_quant
 
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.skipif(not q8_product.jit.available(), reason="the q8 kernel needs numba")
+pytestmark = pytest.mark.skipif(not (q8_product.jit.available() and q8_product.q8_ir.available()),
+                                reason="the q8 kernel needs numba and AVX-512")
 
 
 def _edge_scales(q) -> None:
@@ -30,16 +31,21 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-def _assert_float32_product(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+def _assert_close_product(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, *, rounded_x: bool) -> None:
     """Every output within float32 rounding of the exact product (relative to the sum of the
-    magnitudes it adds), so a row with a tiny or zero scale is held as tightly as the others."""
+    magnitudes it adds), so a row with a tiny or zero scale is held as tightly as the others; with
+    ``rounded_x``, plus what rounding each activation to 16 bits of its block's largest magnitude
+    may add (half a step: 2**-16 of that magnitude, times the weight)."""
     exact = x.double() @ w.double().T
     bound = 1e-5 * (x.double().abs() @ w.double().abs().T) + 1e-30
+    if rounded_x:
+        block_max = x.double().abs().reshape(x.shape[0], -1, 32).amax(-1).repeat_interleave(32, dim=1)
+        bound += 2.0 ** -16 * (block_max @ w.double().abs().T)
     assert bool(((got.double() - exact).abs() <= bound).all()), ((got.double() - exact).abs() / bound).max()
 
 
 @pytest.mark.parametrize("rows", [64, 4096 + 128])          # one tile; past the packing's row chunk
-@pytest.mark.parametrize("n_in", [1, 5])
+@pytest.mark.parametrize("n_in", [1, 2, 7])              # row groups of 1, 2 and 4 + 2 + 1
 def test_products_are_the_dequantized_matrixs(rows: int, n_in: int) -> None:
     q = random_quant("Q8_0", (rows, 256), seed=rows)
     _edge_scales(q)
@@ -47,17 +53,28 @@ def test_products_are_the_dequantized_matrixs(rows: int, n_in: int) -> None:
     lin = QLinear([q], None, dtype=torch.float32, device=CPU, kernel="q8")
     got = lin(x)
     assert got.dtype == torch.float32 and got.shape == (n_in, rows)
-    _assert_float32_product(got, x, q.dequantize())      # only the order of the sums differs
+    _assert_close_product(got, x, q.dequantize(), rounded_x=True)
     codes, scales = lin.parts[0].codes, lin.parts[0].scales
     ref = q8_product.product_reference(codes.numpy(), scales.numpy(), x.numpy())
-    _assert_float32_product(torch.from_numpy(ref), x, q.dequantize())
+    _assert_close_product(torch.from_numpy(ref), x, q.dequantize(), rounded_x=False)
+
+
+def test_zero_and_non_finite_activations() -> None:
+    q = random_quant("Q8_0", (128, 256), seed=9)
+    lin = QLinear([q], None, dtype=torch.float32, device=CPU, kernel="q8")
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(3))
+    x[0, :64] = 0                                       # whole blocks of zeros: scale 0, no division
+    _assert_close_product(lin(x), x, q.dequantize(), rounded_x=True)
+    x[1, 5] = float("nan")
+    got = lin(x)
+    assert bool(got[1].isnan().all()) and bool(got[[0, 2]].isfinite().all())     # as a float product
 
 
 def test_fused_parts_pack_as_one_matrix() -> None:
     parts = [random_quant("Q8_0", (128, 320), 1), random_quant("Q8_0", (64, 320), 2)]
     lin = QLinear(parts, None, dtype=torch.float32, device=CPU, kernel="q8")
     x = torch.randn(2, 320, generator=torch.Generator().manual_seed(0))
-    _assert_float32_product(lin(x), x, torch.cat([p.dequantize() for p in parts]))
+    _assert_close_product(lin(x), x, torch.cat([p.dequantize() for p in parts]), rounded_x=True)
     assert weight_bytes(lin) == sum(p.nbytes for p in parts)     # the file's bytes exactly
 
 

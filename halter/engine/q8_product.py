@@ -3,17 +3,17 @@
 A Q8_0 block is 32 signed 8-bit codes and a float16 scale (34 bytes). torch's int4 kernel can only
 take it as two 4-bit terms, 1.18x the file's bytes held and 1.25 bytes read per weight a product;
 here the codes stay 8-bit and the scales float16, the file's bytes exactly, rearranged once at load
-into tiles of ``TILE`` rows stored k-major, so that the compiled loop multiplies a whole tile's rows
-per code column with wide vector lanes:
+into tiles of ``TILE`` rows stored k-major in code pairs, the layout of the machine-code kernel
+``q8_ir`` writes with AVX-512 (16-bit multiply-adds of code pairs, ``vpdpwssd``):
 
-* ``codes``: ``int8 [N / TILE, K / 32, 32, TILE]`` (tile, block, code within the block, row);
-* ``scales``: ``uint16 [N / TILE, K / 32, TILE]``, the float16 bit patterns (numba has no float16).
+* ``codes``: ``int8 [N / 64, K / 32, 16, 64, 2]`` (tile, block, code pair, row, code of the pair);
+* ``scales``: ``float16 [N / 64, K / 32, 64]``.
 
-``product`` runs the numba kernel on numba's thread team (as many threads as torch uses at the
-call; the OpenMP team where numba has one, which shares the cores with torch's operators without
-the two teams waiting on each other); ``product_reference`` is its numpy twin, and the tests hold
-both to the dequantized matrix. The products are in float32 from float32 activations: exact up to
-the order of the sums.
+``product`` rounds the activations to 16-bit integers with a float32 scale per block of 32 (the
+error is at most 2**-16 of the block's largest magnitude: llama.cpp rounds them to 8 bits, the int4
+kernel to bfloat16's 8 significant bits), then runs the kernel over the tiles on numba's thread
+team (as many threads as torch uses at the call), rows in groups of up to 4 per pass over the codes.
+``product_reference`` is its numpy twin in float32; the tests hold both to the dequantized matrix.
 """
 from __future__ import annotations
 
@@ -24,18 +24,24 @@ import numpy as np
 import torch
 
 from halter import jit
+from halter.engine import q8_ir
 from halter.engine.quant_tensor import QuantTensor, release_pages
 from halter.errors import ModelLoadError
 
-TILE = 64                       # rows a tile: the kernel's vector lanes (4 x 16 float32)
+TILE = 64                       # rows a tile: four 16-lane vectors
 BLOCK = 32
+PAIRS = BLOCK // 2
 _BLOCK_BYTES = 2 + BLOCK
 _PACK_ROWS = 4096
+_SPAN = 16                      # tiles a kernel call: ~640 KB of codes at K = 640, in L2 for every row group
+_X_LIMIT = 32767
 
 
 def supported(part: QuantTensor, rows: int) -> bool:
-    """Whether ``rows`` rows of ``part``'s type and width can take this kernel (where numba runs)."""
-    return part.type_name == "Q8_0" and rows % TILE == 0 and part.shape[1] % BLOCK == 0 and jit.available()
+    """Whether ``rows`` rows of ``part``'s type and width can take this kernel (numba for the thread
+    team, AVX-512 for the kernel)."""
+    return part.type_name == "Q8_0" and rows % TILE == 0 and part.shape[1] % BLOCK == 0 and \
+        jit.available() and q8_ir.available()
 
 
 def pack(parts: Sequence[QuantTensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,8 +50,8 @@ def pack(parts: Sequence[QuantTensor]) -> tuple[torch.Tensor, torch.Tensor]:
     are dropped once read."""
     N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
     nb = K // BLOCK
-    codes = torch.empty((N // TILE, nb, BLOCK, TILE), dtype=torch.int8)
-    scales = torch.empty((N // TILE, nb, TILE), dtype=torch.int16)
+    codes = torch.empty((N // TILE, nb, PAIRS, TILE, 2), dtype=torch.int8)
+    scales = torch.empty((N // TILE, nb, TILE), dtype=torch.float16)
     codes_np, scales_np = codes.numpy(), scales.numpy().view(np.uint16)
     base = 0
     for q in parts:
@@ -58,8 +64,8 @@ def pack(parts: Sequence[QuantTensor]) -> tuple[torch.Tensor, torch.Tensor]:
                 raise ModelLoadError("tensor contains NaN or infinite scales", path=q.source_path,
                                      field=q.source_name)
             t0, t1 = (base + start) // TILE, (base + end) // TILE
-            tiles = blocks[:, :, 2:].view(np.int8).reshape(t1 - t0, TILE, nb, BLOCK)
-            codes_np[t0:t1] = tiles.transpose(0, 2, 3, 1)
+            tiles = blocks[:, :, 2:].view(np.int8).reshape(t1 - t0, TILE, nb, PAIRS, 2)
+            codes_np[t0:t1] = tiles.transpose(0, 2, 3, 1, 4)
             scales_np[t0:t1] = half.reshape(t1 - t0, TILE, nb).transpose(0, 2, 1)
             release_pages(chunk)
         base += q.shape[0]
@@ -67,145 +73,124 @@ def pack(parts: Sequence[QuantTensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return codes, scales
 
 
-def _scale_values(bits: np.ndarray) -> np.ndarray:
-    """float16 bit patterns -> float32 values."""
-    return bits.view(np.float16).astype(np.float32)
-
-
 def product_reference(codes: np.ndarray, scales: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``x [M, K] @ W.T`` in numpy (float32), ``W`` the matrix the tiles hold: the kernel's twin."""
+    """``x [M, K] @ W.T`` in numpy (float32, activations as given), ``W`` the matrix the tiles hold."""
     n_tiles, nb = codes.shape[0], codes.shape[1]
-    w = codes.astype(np.float32) * _scale_values(scales.view(np.uint16))[:, :, None, :]    # [T, nb, 32, R]
-    w = w.transpose(0, 3, 1, 2).reshape(n_tiles * TILE, nb * BLOCK)
-    return x.astype(np.float32) @ w.T
+    w = codes.astype(np.float32).transpose(0, 3, 1, 2, 4).reshape(n_tiles * TILE, nb, BLOCK)
+    w *= scales.astype(np.float32).transpose(0, 2, 1).reshape(n_tiles * TILE, nb)[:, :, None]
+    return x.astype(np.float32) @ w.reshape(n_tiles * TILE, nb * BLOCK).T
 
 
-prange = range           # numba's parallel range where the kernels are compiled (``_build``)
-
-
-def _widen_scales(bits, su, sv):
-    """``sv[:] = float32(the float16 values of bits)``, ``su`` the uint32 view of ``sv``: the bits
-    moved into place (sign; exponent rebiased 15 -> 127; mantissa m). A zero or subnormal half
-    (exponent 0) comes out as +-(2**-15 + m * 2**-25), where its value is +-m * 2**-24: twice that
-    minus +-2**-14, exact in float32."""
-    for r in range(TILE):
-        h = np.uint32(bits[r])
-        su[r] = ((h & np.uint32(0x8000)) << np.uint32(16)) | \
-            ((h & np.uint32(0x7FFF)) + np.uint32(0x1C000)) << np.uint32(13)
-    for r in range(TILE):
-        v = sv[r]
-        if np.uint32(bits[r]) & np.uint32(0x7C00) == 0:
-            sv[r] = v + v - (np.float32(2.0 ** -14) if v > 0 else np.float32(-(2.0 ** -14)))
-
-
-def _one_row(codes, scales, x, y):
-    """``y = W @ x`` for one row ``x [K]``: tiles split over the team in chunks of 16."""
-    n_tiles, nb = codes.shape[0], codes.shape[1]
-    chunk = 16
-    for c in prange((n_tiles + chunk - 1) // chunk):
-        acc = np.empty(TILE, np.float32)
-        out = np.empty(TILE, np.float32)
-        sv = np.empty(TILE, np.float32)
-        su = sv.view(np.uint32)
-        for t in range(c * chunk, min(n_tiles, (c + 1) * chunk)):
-            out[:] = 0
-            for b in range(nb):
-                acc[:] = 0
-                for k in range(BLOCK):
-                    xv = x[b * BLOCK + k]
-                    w = codes[t, b, k]
-                    for r in range(TILE):
-                        acc[r] += np.float32(w[r]) * xv
-                _widen_scales(scales[t, b], su, sv)
-                for r in range(TILE):
-                    out[r] += acc[r] * sv[r]
-            for r in range(TILE):
-                y[t * TILE + r] = out[r]
-
-
-def _rows(codes, scales, x, y):
-    """``y = x @ W.T`` for rows ``x [M, K]``: each code widened once for all rows."""
-    n_tiles, nb = codes.shape[0], codes.shape[1]
-    M = x.shape[0]
-    for t in prange(n_tiles):
-        wf = np.empty(TILE, np.float32)
-        sv = np.empty(TILE, np.float32)
-        su = sv.view(np.uint32)
-        acc = np.empty((M, TILE), np.float32)
-        out = np.zeros((M, TILE), np.float32)
-        for b in range(nb):
-            acc[:] = 0
-            for k in range(BLOCK):
-                w = codes[t, b, k]
-                for r in range(TILE):
-                    wf[r] = np.float32(w[r])
-                for m in range(M):
-                    xv = x[m, b * BLOCK + k]
-                    for r in range(TILE):
-                        acc[m, r] += wf[r] * xv
-            _widen_scales(scales[t, b], su, sv)
-            for m in range(M):
-                for r in range(TILE):
-                    out[m, r] += acc[m, r] * sv[r]
-        for m in range(M):
-            for r in range(TILE):
-                y[m, t * TILE + r] = out[m, r]
-
-
-def _build(numba: Any) -> tuple[Any, Any]:
-    """The kernels compiled in place (module-level functions, so that numba's disk cache keeps
-    them): reassociated sums and fused multiply-adds only (NaN and infinities keep their meaning)."""
-    g = globals()
-    g["prange"] = numba.prange
-    g["_widen_scales"] = numba.njit(cache=True, nogil=True, inline="always")(_widen_scales)
-    kernel = numba.njit(parallel=True, cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
-    return kernel(_one_row), kernel(_rows)
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Float rows ``[M, K]`` as ``(int16 [M, K], float32 scales [M, K / 32])``: each block of 32
+    divided by its largest magnitude / 32767 and rounded to nearest (a block of zeros: scale 0)."""
+    M, K = x.shape
+    blocks = x.reshape(M, K // BLOCK, BLOCK)
+    amax = np.abs(blocks).max(axis=2)
+    inv = np.divide(np.float32(_X_LIMIT), amax, out=np.zeros_like(amax), where=amax > 0)
+    q = np.rint(blocks * inv[:, :, None]).astype(np.int16).reshape(M, K)
+    return q, (amax / np.float32(_X_LIMIT)).astype(np.float32)
 
 
 def product(codes: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``x [M, K] @ W.T`` as float32 ``[M, N]`` (any float ``x``; the compiled kernel where numba
-    runs, else ``product_reference``)."""
+    """``x [M, K] @ W.T`` as float32 ``[M, N]`` (any float ``x``). Rows with a NaN or an infinity
+    go through ``product_reference`` (which keeps them NaN or infinite, as a float product would)."""
     xs = x.detach().to(torch.float32).contiguous().numpy()
-    c, s = codes.numpy(), scales.numpy().view(np.uint16)
+    c = codes.numpy()
     M, N = xs.shape[0], codes.shape[0] * TILE
-    kernels = jit.build_once(_kernels)
-    if kernels is None:
-        return torch.from_numpy(np.ascontiguousarray(product_reference(c, s, xs)))
+    if not np.isfinite(xs).all():
+        return torch.from_numpy(np.ascontiguousarray(product_reference(c, scales.numpy(), xs)))
+    drive, addresses = jit.build_once(_build)
     nb_mod = jit.numba_module()
     team = max(1, min(torch.get_num_threads(), nb_mod.config.NUMBA_NUM_THREADS))
     if nb_mod.get_num_threads() != team:     # torch's team (the thread governor may shrink it)
         nb_mod.set_num_threads(team)
+    xq, xscale = quantize_rows(xs)
     y = torch.empty((M, N), dtype=torch.float32)
-    if M == 1:
-        kernels[0](c, s, xs[0], y.numpy()[0])
-    else:
-        kernels[1](c, s, xs, y.numpy())
+    drive(addresses, c.ctypes.data, scales.numpy().ctypes.data, xq.ctypes.data, xscale.ctypes.data,
+          y.numpy().ctypes.data, M, codes.shape[0], codes.shape[1], N, team)
     return y
 
 
-def _kernels(nb_mod: Any) -> Any:
-    """The compiled kernels (``jit.build_once``), started once on numba's OpenMP team where numba
-    has one.
+def _addresses() -> np.ndarray:
+    """The kernels for 4, 2 and 1 rows at once (``q8_ir.ROW_GROUPS``), as addresses."""
+    return np.array([q8_ir.kernel(r) for r in q8_ir.ROW_GROUPS], dtype=np.int64)
 
-    numba's OpenMP team is another runtime than torch's (each links its own libgomp), and an
-    OpenMP team spins on its cores for a while after its work: numba's spinning through the next
-    torch products of a decode step would take cores from torch's team. So numba's runtime is
-    started with ``OMP_WAIT_POLICY=PASSIVE`` (read once, when it loads; torch's, loaded long
-    before, keeps its own policy): its threads sleep as soon as the product is done.
+
+def _call_tiles(fn, codes, scales, xq, xs, y, t0, t1, nb, n_out):
+    """Call the kernel at address ``fn``; replaced, for compiled callers, by the intrinsic in ``_build``."""
+    raise NotImplementedError       # pragma: no cover - only its compiled form runs
+
+
+prange = range           # numba's parallel range where the driver is compiled (``_build``)
+
+
+def _drive(fns, codes, scales, xq, xs, y, M, n_tiles, nb, n_out, n_parts):
+    """Tiles split evenly over ``n_parts`` threads; each thread takes its tiles ``_SPAN`` at a time
+    and, for each span, every group of rows (4, then 2, then 1), so the span's codes are read from
+    memory once and from cache for the other groups."""
+    per = (n_tiles + n_parts - 1) // n_parts
+    for part in prange(n_parts):
+        t = part * per
+        end = min(n_tiles, t + per)
+        while t < end:
+            t2 = min(end, t + _SPAN)
+            m = 0
+            while m < M:
+                g = 0 if M - m >= 4 else (1 if M - m >= 2 else 2)
+                _call_tiles(fns[g], codes, scales, xq + m * nb * BLOCK * 2, xs + m * nb * 4, y + m * n_out * 4,
+                            t, t2, nb, n_out)
+                m += 4 >> g
+            t = t2
+
+
+def _build(numba: Any) -> Any:
+    """The driver compiled in place (module-level, so numba's disk cache keeps it), with the kernel
+    call as an intrinsic (an indirect call through the address, which changes every process), and
+    numba's thread team started.
+
+    numba's OpenMP team is another runtime than torch's (each links its own libgomp), and an OpenMP
+    team spins on its cores for a while after its work: numba's spinning through the next torch
+    products of a decode step would take cores from torch's team. So numba's runtime is started
+    with ``OMP_WAIT_POLICY=PASSIVE`` (read once, when it loads; torch's, loaded long before, keeps
+    its own policy): its threads sleep as soon as the product is done.
     """
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def call_tiles(typingctx, fn, codes, scales, xq, xs, y, t0, t1, nb, n_out):
+        sig = types.void(fn, codes, scales, xq, xs, y, t0, t1, nb, n_out)
+        if not all(isinstance(t, types.Integer) for t in sig.args):
+            return None
+
+        def codegen(context, builder, signature, values):
+            i64 = ir.IntType(64)
+            wide = [context.cast(builder, v, t, types.int64) for v, t in zip(values, signature.args)]
+            target = builder.inttoptr(wide[0], ir.FunctionType(ir.VoidType(), [i64] * 9).as_pointer())
+            builder.call(target, wide[1:])
+            return context.get_dummy_value()
+        return sig, codegen
+
     try:
-        nb_mod.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
+        numba.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
     except AttributeError:               # pragma: no cover - older numba
         pass
-    kernels = _build(nb_mod)
+    g = globals()
+    g["prange"], g["_call_tiles"] = numba.prange, call_tiles
+    drive = numba.njit(parallel=True, cache=True, nogil=True)(_drive)
+    addresses = _addresses()
     old = os.environ.get("OMP_WAIT_POLICY")
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     try:                                 # the first parallel call loads the threading layer
-        kernels[0](np.zeros((1, 1, BLOCK, TILE), np.int8), np.zeros((1, 1, TILE), np.uint16),
-                   np.zeros(BLOCK, np.float32), np.zeros(TILE, np.float32))
+        codes, scales = np.zeros((1, 1, PAIRS, TILE, 2), np.int8), np.zeros((1, 1, TILE), np.float16)
+        xq, xs, y = np.zeros((1, BLOCK), np.int16), np.zeros((1, 1), np.float32), np.zeros((1, TILE), np.float32)
+        drive(addresses, codes.ctypes.data, scales.ctypes.data, xq.ctypes.data, xs.ctypes.data,
+              y.ctypes.data, 1, 1, 1, TILE, 1)
     finally:
         if old is None:
             del os.environ["OMP_WAIT_POLICY"]
         else:
             os.environ["OMP_WAIT_POLICY"] = old
-    return kernels
+    return drive, addresses

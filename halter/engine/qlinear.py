@@ -179,8 +179,8 @@ class _Q8Part(nn.Module):
         else:
             N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
             T, nb = N // q8_product.TILE, K // q8_product.BLOCK
-            codes = _stored(prebuilt, "codes", (T, nb, q8_product.BLOCK, q8_product.TILE), torch.int8)
-            scales = _stored(prebuilt, "scales", (T, nb, q8_product.TILE), torch.int16)
+            codes = _stored(prebuilt, "codes", (T, nb, q8_product.PAIRS, q8_product.TILE, 2), torch.int8)
+            scales = _stored(prebuilt, "scales", (T, nb, q8_product.TILE), torch.float16)
         self.register_buffer("codes", codes, persistent=False)
         self.register_buffer("scales", scales, persistent=False)
         self.out_features = codes.shape[0] * q8_product.TILE
