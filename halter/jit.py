@@ -23,27 +23,10 @@ def numba_module() -> Any:
             if os.environ.get("HALTER_NO_NUMBA"):
                 raise ImportError("HALTER_NO_NUMBA is set")
             import numba
-            _wide_vectors(numba)
             _module.append(numba)
         except ImportError:                    # pragma: no cover
             _module.append(None)
     return _module[0]
-
-
-def _wide_vectors(numba: Any) -> None:
-    """On CPUs with AVX-512, let LLVM vectorize with 512-bit registers: its default tuning for
-    Intel's server cores keeps to 256 (``prefer-256-bit``), which halved the Q8_0 output product's
-    speed (``engine/q8_product.py``: 1.6 -> 1.1 ms for SmolLM2's [49152, 576], two threads). Left
-    alone where the user chose the CPU or its features (``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``)."""
-    if numba.config.CPU_NAME is not None or numba.config.CPU_FEATURES is not None:
-        return
-    try:
-        from llvmlite import binding
-        features = binding.get_host_cpu_features()
-    except (ImportError, RuntimeError):        # pragma: no cover - llvmlite without host queries
-        return
-    if features.get("avx512f"):
-        numba.config.CPU_FEATURES = features.flatten() + ",-prefer-256-bit"
 
 
 def available() -> bool:
