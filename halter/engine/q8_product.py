@@ -64,8 +64,8 @@ def pack(parts: Sequence[QuantTensor]) -> tuple[torch.Tensor, torch.Tensor]:
                 raise ModelLoadError("tensor contains NaN or infinite scales", path=q.source_path,
                                      field=q.source_name)
             t0, t1 = (base + start) // TILE, (base + end) // TILE
-            tiles = blocks[:, :, 2:].view(np.int8).reshape(t1 - t0, TILE, nb, PAIRS, 2)
-            codes_np[t0:t1] = tiles.transpose(0, 2, 3, 1, 4)
+            pairs = blocks[:, :, 2:].view(np.int16)                          # a code pair as one unit
+            codes_np[t0:t1].view(np.int16)[..., 0] = pairs.reshape(t1 - t0, TILE, nb, PAIRS).transpose(0, 2, 3, 1)
             scales_np[t0:t1] = half.reshape(t1 - t0, TILE, nb).transpose(0, 2, 1)
             release_pages(chunk)
         base += q.shape[0]
