@@ -107,8 +107,10 @@ def test_a_failing_fused_step_degrades_to_the_static_step(tmp_path, monkeypatch)
         raise RuntimeError("no kernel")
     monkeypatch.setattr(fused_decode.FusedStep, "run", broken)
     m = Model.load(path, n_ctx=64, progress=False, decode="fused")
+    # (the tiny model's 310-row output layer is dequantized per product: the traced step leaves it
+    # to Python and records the layers)
     with pytest.warns(RuntimeWarning, match=r"the fused decode step failed \(RuntimeError: no kernel\); "
-                                            r"decode steps run the static step untraced"):
+                                            r"decode steps run the static step traced"):
         got = m.generate([5, 6, 7], max_tokens=6, temperature=0.0, ignore_eos=True).tokens
     assert got == want
 

@@ -2,6 +2,7 @@
 held to the dequantized matrix, through ``QLinear``, a whole model and the packed-weight cache."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,40 @@ def test_a_model_on_q8_products_follows_the_reference(q8_everywhere, tmp_path: P
     monkeypatch.setattr(q8_product, "pack", no_packing)
     again = Model.load(path, progress=False)
     assert torch.equal(again.logits(ids), packed.logits(ids))
+
+
+@pytest.mark.parametrize("mode", ["eager", "static", "trace", "fused"])
+def test_every_decode_mode_runs_q8_products(q8_everywhere, tmp_path: Path, mode: str) -> None:
+    # a traced step cannot record the kernel (numpy and numba inside), so a bucket that would be
+    # traced runs the static step instead: the same tokens as the reference either way
+    path = build_tiny_gguf(tmp_path / "q8.gguf", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=512,
+                           dtype="Q8_0", seed=6)
+    ref = Model.load(path, progress=False, weights="dequantize", decode="eager")
+    m = Model.load(path, progress=False, decode=mode)
+    want = ref.generate("abc", max_tokens=12, temperature=0.0, ignore_eos=True).tokens
+    if mode == "trace":                               # asked for explicitly: said why it is not
+        with pytest.warns(RuntimeWarning, match="cannot trace it"):
+            got = m.generate("abc", max_tokens=12, temperature=0.0, ignore_eos=True).tokens
+    else:
+        got = m.generate("abc", max_tokens=12, temperature=0.0, ignore_eos=True).tokens
+    assert got == want
+
+
+SPM_VOCAB = Path(__file__).resolve().parents[2] / "shared" / "vocab" / "ggml-vocab-llama-spm.gguf"
+
+
+@pytest.mark.skipif(not SPM_VOCAB.exists(), reason="needs ../shared/vocab")
+def test_a_q8_output_layer_follows_a_traced_step(tmp_path: Path) -> None:
+    # a real 32,000-token vocabulary: the tied Q8_0 output layer takes the q8 kernel by default,
+    # the layers stay int4; the traced step (also what the fused mode runs past 1,024 cells) runs
+    # the layers and leaves the output layer to Python, with the plain step's tokens
+    path = build_tiny_gguf(tmp_path / "spm.gguf", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128,
+                           dtype="Q8_0", seed=7, vocab=SPM_VOCAB, tied_output=True)
+    m = Model.load(path, progress=False, decode="trace")
+    assert m.net.output.kernels == ["q8"]
+    assert all(k == "int4" for mod in m.net.layers.modules() if isinstance(mod, QLinear) for k in mod.kernels)
+    ref = Model.load(path, progress=False, decode="eager")
+    want = ref.generate("The cat", max_tokens=10, temperature=0.0, ignore_eos=True).tokens
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)       # traced, not fallen back to the static step
+        assert m.generate("The cat", max_tokens=10, temperature=0.0, ignore_eos=True).tokens == want

@@ -95,6 +95,8 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def product(codes: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``x [M, K] @ W.T`` as float32 ``[M, N]`` (any float ``x``). Rows with a NaN or an infinity
     go through ``product_reference`` (which keeps them NaN or infinite, as a float product would)."""
+    if torch.jit.is_tracing():
+        raise RuntimeError("the q8 kernel runs outside torch: TorchScript cannot trace it")
     xs = x.detach().to(torch.float32).contiguous().numpy()
     c = codes.numpy()
     M, N = xs.shape[0], codes.shape[0] * TILE

@@ -86,8 +86,10 @@ def static_forward(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache:
 
 def static_layers(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   pos_cache: torch.Tensor, inputs: torch.Tensor, rows: torch.Tensor,
-                  out: torch.Tensor, span: int, x: torch.Tensor) -> None:
-    """``static_forward`` from the embedded tokens ``x [B, 1, E]`` on (what ``"trace"`` records)."""
+                  out: torch.Tensor, span: int, x: torch.Tensor, head: bool = True) -> torch.Tensor:
+    """``static_forward`` from the embedded tokens ``x [B, 1, E]`` on (what ``"trace"`` records);
+    returns the last layer's output ``[B, E]``, which ``head=False`` leaves to the caller instead of
+    writing the logits into ``out``."""
     B = inputs.shape[1]
     positions, cells = inputs[_POS], inputs[_CELL]
     active = inputs[_ACTIVE].bool()
@@ -113,7 +115,9 @@ def static_layers(net: Transformer, rope: Rope, k_cache: torch.Tensor, v_cache: 
             vc[rows, :, cells] = torch.where(keep, v[:, 0], vc[rows, :, cells])
         h = x + layer.post_attention_norm(attn.attend(q, keys[i], values[i], mask, one_token=True))
         x = h + layer.post_ffn_norm(layer.feed_forward(layer.ffn_norm(h)))
-    out.copy_(net.head(x))
+    if head:
+        out.copy_(net.head(x))
+    return x
 
 
 def _simplify(graph: Any, example: tuple[torch.Tensor, ...]) -> None:
@@ -199,9 +203,14 @@ class StaticDecoder:
                                            backend="inductor" if backend is None else backend)
         self._pool: Any = None
         self.governor = governor
-        # TorchScript's tracer cannot record a product that decodes blocks (dtype views): in
-        # "fused" mode such a model's other buckets run the plain step, without trying
-        self._traceable = not any("dequant" in getattr(m, "kernels", ()) for m in net.modules())
+        # TorchScript's tracer cannot record a product that decodes blocks (dtype views) or one
+        # that runs outside torch ("q8": numba and machine code): in "fused" mode such a model's
+        # other buckets run the plain step, without trying
+        untraceable = {"dequant", "q8"}
+        head = set(net.output.modules())
+        self._traceable = not any(untraceable & set(getattr(m, "kernels", ())) for m in net.modules() if m not in head)
+        # an output layer on "q8" runs after the traced layers, in Python
+        self._trace_head = not any(untraceable & set(getattr(m, "kernels", ())) for m in head)
 
     def bucket(self, n_rows: int, n_cells: int) -> tuple[int, int]:
         """The smallest bucket holding cache rows ``0..n_rows-1`` and cells ``0..n_cells-1``."""
@@ -253,14 +262,15 @@ class StaticDecoder:
     def _trace(self, st: StaticStep) -> Callable[[], None]:
         """The step's layers recorded by ``torch.jit.trace`` (TorchScript): one C++ graph that runs
         the same operators without the Python between them. The embedding lookup stays in Python
-        (it decodes quantized rows through dtype views the tracer does not record)."""
-        net, rope, span = self.net, self.rope, st.span
+        (it decodes quantized rows through dtype views the tracer does not record), and so does an
+        output layer on the ``"q8"`` kernel (numba and machine code: the graph ends at its input)."""
+        net, rope, span, with_head = self.net, self.rope, st.span, self._trace_head
         args = (self.cache.k, self.cache.v, self.cache.pos, st.inputs, st.rows, st.logits)
 
         def layers(x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
                    inputs: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-            static_layers(net, rope, k, v, pos, inputs, rows, out, span, x)
-            return out
+            hidden = static_layers(net, rope, k, v, pos, inputs, rows, out, span, x, head=with_head)
+            return out if with_head else hidden
         tokens = st.inputs[_TOKEN][:, None]
         example = (net.embed(tokens),) + args
         with warnings.catch_warnings():
@@ -270,7 +280,9 @@ class StaticDecoder:
 
         def run() -> None:
             with torch.jit.optimized_execution(False):   # the graph as simplified here, run as is
-                traced(net.embed(tokens), *args)
+                hidden = traced(net.embed(tokens), *args)
+            if not with_head:
+                st.logits.copy_(net.head(hidden))
         return run
 
     def _checked(self, st: StaticStep, build: Callable[[StaticStep], Callable[[], None]], label: str,
