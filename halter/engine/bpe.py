@@ -14,7 +14,7 @@ from halter.vocab.vocabulary import gpt2_byte_encoder
 
 __all__ = ["BPE", "parse_merges"]
 
-_BYTE_CHARS = [gpt2_byte_encoder()[b] for b in range(256)]
+_BYTE_CHARS = [c for _, c in sorted(gpt2_byte_encoder().items())]      # one table, in byte order
 _CACHE_LIMIT = 100_000
 
 
