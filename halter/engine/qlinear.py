@@ -3,9 +3,10 @@
 ``QLinear`` computes ``x @ W.T (+ b)`` for a weight given as ``QuantTensor`` row parts, with one of
 four kernels, picked per device and type (``pick_kernel``):
 
-* ``"q8"`` (CPU, where numba runs; Q8_0 matrices of at least ``Q8_MIN_ROWS`` rows: the output
-  layers): the file's 8-bit codes and float16 scales as they are, rearranged into the tiles of
-  ``q8_product``'s compiled kernel (the file's bytes exactly; float32 products).
+* ``"q8"`` (CPU with AVX-512, where numba runs; Q8_0 matrices of at least ``Q8_MIN_ROWS`` rows:
+  the output layers): the file's 8-bit codes and float16 scales as they are, rearranged into the
+  tiles of ``q8_product``'s kernel (the file's bytes exactly; activations rounded to 16 bits per
+  block of 32, products summed exactly in 32-bit integers, then scaled in float32).
 * ``"int4"`` (CPU; Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0): the weight is rewritten once, at
   load, as one or two 4-bit terms (``QuantTensor.int4_terms``) packed for
   ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with bfloat16 scales and offsets per group of 32.
@@ -43,9 +44,9 @@ KERNELS = ("int4", "bf16", "dequant", "q8")
 INT4_DEFAULT = ("Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K")
 BF16_DEFAULT = ("Q6_K",)
 # the "q8" kernel from this many rows up: vocabulary-sized output layers, where it was measured
-# (SmolLM2's [49152, 576], Gemma 3's [262144, 640]: as fast as or faster than two int4 terms, 15 %
-# fewer bytes); smaller products stay with torch's kernel, whose thread team the step's other
-# products use (numba's is another)
+# (Gemma 3's [262144, 640]: 8.1 ms against 12.8 for two int4 terms; SmolLM2's [49152, 576]: 1.3
+# against 2.2); a smaller product would pay the wake-up of numba's thread team (~35 us), which is
+# not torch's
 Q8_MIN_ROWS = 16384
 _scratch: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
@@ -72,7 +73,7 @@ def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None
     the CPU, of 8 on CUDA), else ``"dequant"``.
 
     On the CPU: ``"q8"`` for Q8_0 output layers (``Q8_MIN_ROWS``; the file's bytes, where numba
-    runs); ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
+    runs and the CPU has AVX-512); ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
     5-bit types (1.8x: their second term spends four bits on each one-bit plane, the price of an
     exact form the fast kernel takes); ``"bf16"`` for Q6_K (2.4x); ``"dequant"`` for Q2_K, Q3_K.
     """
