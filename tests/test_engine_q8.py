@@ -184,3 +184,14 @@ def test_a_q8_output_layer_follows_a_traced_step(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)       # traced, not fallen back to the static step
         assert m.generate("The cat", max_tokens=10, temperature=0.0, ignore_eos=True).tokens == want
+
+
+def test_products_from_two_threads_at_once() -> None:
+    # a server's scheduler and another caller may multiply at the same time
+    from concurrent.futures import ThreadPoolExecutor
+    lin = QLinear([random_quant("Q8_0", (512, 256), 11)], None, dtype=torch.float32, device=CPU, kernel="q8")
+    xs = [torch.randn(2, 256, generator=torch.Generator().manual_seed(i)) for i in range(8)]
+    want = [lin(x) for x in xs]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda x: [lin(x) for _ in range(10)][-1], xs))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))

@@ -18,6 +18,7 @@ team (as many threads as torch uses at the call), rows in groups of up to 4 per 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,6 +36,9 @@ _BLOCK_BYTES = 2 + BLOCK
 _PACK_ROWS = 4096
 _SPAN = 16                      # tiles a kernel call: ~640 KB of codes at K = 640, in L2 for every row group
 _X_LIMIT = 32767
+# numba's "workqueue" threading layer (where neither OpenMP nor TBB loads) aborts the process when
+# two threads launch parallel work at once: calls are then taken one at a time
+_serial = threading.Lock()
 
 
 def supported(part: QuantTensor, rows: int) -> bool:
@@ -109,8 +113,13 @@ def product(codes: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch
         nb_mod.set_num_threads(team)
     xq, xscale = quantize_rows(xs)
     y = torch.empty((M, N), dtype=torch.float32)
-    drive(addresses, c.ctypes.data, scales.numpy().ctypes.data, xq.ctypes.data, xscale.ctypes.data,
-          y.numpy().ctypes.data, M, codes.shape[0], codes.shape[1], N, team)
+    args = (addresses, c.ctypes.data, scales.numpy().ctypes.data, xq.ctypes.data, xscale.ctypes.data,
+            y.numpy().ctypes.data, M, codes.shape[0], codes.shape[1], N, team)
+    if nb_mod.threading_layer() == "workqueue":
+        with _serial:
+            drive(*args)
+    else:
+        drive(*args)
     return y
 
 
