@@ -98,7 +98,6 @@ def _module(rows: int) -> Any:
     outs = [[b.alloca(v16f) for _ in range(4)] for _ in range(rows)]
     accs = [[b.alloca(v16i32) for _ in range(4)] for _ in range(rows)]
     x_row = b.mul(nb, c(16))                                 # pairs a row of xq
-    s_row = b.mul(nb, c(1))
 
     def tile(t: Any) -> None:
         for slot in (s for row in outs for s in row):
@@ -123,7 +122,7 @@ def _module(rows: int) -> Any:
                 ptr = b.bitcast(b.gep(scales, [b.add(b.mul(tk, c(64)), c(16 * j))]), v16h.as_pointer())
                 scale = b.fpext(b.load(ptr, align=2), v16f)
                 for r in range(rows):
-                    xsr = broadcast(b.load(b.gep(xs, [b.add(b.mul(c(r), s_row), k)])), v16f)
+                    xsr = broadcast(b.load(b.gep(xs, [b.add(b.mul(c(r), nb), k)])), v16f)
                     b.store(b.call(fma, [b.sitofp(b.load(accs[r][j]), v16f), b.fmul(scale, xsr),
                                          b.load(outs[r][j])]), outs[r][j])
         loop(c(0), nb, block, "block")

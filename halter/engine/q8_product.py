@@ -63,10 +63,10 @@ def pack(parts: Sequence[QuantTensor]) -> tuple[torch.Tensor, torch.Tensor]:
             end = min(start + _PACK_ROWS, q.shape[0])
             chunk = q.row_slice(start, end)
             blocks = chunk.raw.numpy().reshape(end - start, nb, _BLOCK_BYTES)
-            half = np.ascontiguousarray(blocks[:, :, :2]).view(np.uint16)[:, :, 0]      # [n, nb]
-            if bool(((half & 0x7C00) == 0x7C00).any()):
+            if not chunk.scales_finite():
                 raise ModelLoadError("tensor contains NaN or infinite scales", path=q.source_path,
                                      field=q.source_name)
+            half = np.ascontiguousarray(blocks[:, :, :2]).view(np.uint16)[:, :, 0]      # [n, nb]
             t0, t1 = (base + start) // TILE, (base + end) // TILE
             pairs = blocks[:, :, 2:].view(np.int16)                          # a code pair as one unit
             codes_np[t0:t1].view(np.int16)[..., 0] = pairs.reshape(t1 - t0, TILE, nb, PAIRS).transpose(0, 2, 3, 1)
@@ -85,33 +85,38 @@ def product_reference(codes: np.ndarray, scales: np.ndarray, x: np.ndarray) -> n
     return x.astype(np.float32) @ w.reshape(n_tiles * TILE, nb * BLOCK).T
 
 
-def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Float rows ``[M, K]`` as ``(int16 [M, K], float32 scales [M, K / 32])``: each block of 32
-    divided by its largest magnitude / 32767 and rounded to nearest (a block of zeros: scale 0)."""
+    divided by its largest magnitude / 32767 and rounded to nearest (a block of zeros: scale 0);
+    None when a value is NaN or infinite (its block's largest magnitude is then not finite)."""
     M, K = x.shape
     blocks = x.reshape(M, K // BLOCK, BLOCK)
     amax = np.abs(blocks).max(axis=2)
+    if not np.isfinite(amax).all():
+        return None
     inv = np.divide(np.float32(_X_LIMIT), amax, out=np.zeros_like(amax), where=amax > 0)
     q = np.rint(blocks * inv[:, :, None]).astype(np.int16).reshape(M, K)
     return q, (amax / np.float32(_X_LIMIT)).astype(np.float32)
 
 
 def product(codes: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``x [M, K] @ W.T`` as float32 ``[M, N]`` (any float ``x``). Rows with a NaN or an infinity
-    go through ``product_reference`` (which keeps them NaN or infinite, as a float product would)."""
+    """``x [M, K] @ W.T`` as float32 ``[M, N]`` (any float ``x``). Activations with a NaN or an
+    infinity go through ``product_reference`` (which keeps them NaN or infinite, as a float product
+    would)."""
     if torch.jit.is_tracing():
         raise RuntimeError("the q8 kernel runs outside torch: TorchScript cannot trace it")
     xs = x.detach().to(torch.float32).contiguous().numpy()
     c = codes.numpy()
     M, N = xs.shape[0], codes.shape[0] * TILE
-    if not np.isfinite(xs).all():
+    rounded = quantize_rows(xs)
+    if rounded is None:
         return torch.from_numpy(np.ascontiguousarray(product_reference(c, scales.numpy(), xs)))
+    xq, xscale = rounded
     drive, addresses = jit.build_once(_build)
     nb_mod = jit.numba_module()
     team = max(1, min(torch.get_num_threads(), nb_mod.config.NUMBA_NUM_THREADS))
     if nb_mod.get_num_threads() != team:     # torch's team (the thread governor may shrink it)
         nb_mod.set_num_threads(team)
-    xq, xscale = quantize_rows(xs)
     y = torch.empty((M, N), dtype=torch.float32)
     args = (addresses, c.ctypes.data, scales.numpy().ctypes.data, xq.ctypes.data, xscale.ctypes.data,
             y.numpy().ctypes.data, M, codes.shape[0], codes.shape[1], N, team)

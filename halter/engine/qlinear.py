@@ -73,9 +73,10 @@ def pick_kernel(part: QuantTensor, device: torch.device, rows: int | None = None
     the CPU, of 8 on CUDA), else ``"dequant"``.
 
     On the CPU: ``"q8"`` for Q8_0 output layers (``Q8_MIN_ROWS``; the file's bytes, where numba
-    runs and the CPU has AVX-512); ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes), Q8_0 (1.18x) and the
-    5-bit types (1.8x: their second term spends four bits on each one-bit plane, the price of an
-    exact form the fast kernel takes); ``"bf16"`` for Q6_K (2.4x); ``"dequant"`` for Q2_K, Q3_K.
+    runs and the CPU has AVX-512); ``"int4"`` for Q4_0, Q4_1, Q4_K (1.0-1.11x the file's bytes),
+    Q8_0 (1.18x) and the 5-bit types (1.8x: their second term spends four bits on each one-bit
+    plane, the price of an exact form the fast kernel takes); ``"bf16"`` for Q6_K (2.4x);
+    ``"dequant"`` for Q2_K, Q3_K.
     """
     rows = part.shape[0] if rows is None else rows          # (of the group ``part`` heads)
     if device.type == "cuda":
