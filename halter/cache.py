@@ -21,9 +21,11 @@ the same from the command line.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
 import json
+import logging
 import os
 import pickle
 import threading
@@ -152,22 +154,49 @@ def file_key(path: str | os.PathLike[str], **extra: Any) -> str | None:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 
-_writers: list[threading.Thread] = []
+_pending: collections.deque[tuple[Callable[..., Any], tuple[Any, ...], str]] = collections.deque()
+_pending_lock = threading.Lock()
+_writer: threading.Thread | None = None
 
 
-def write_in_background(write: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
-    """Run ``write(*args)`` (a cache write) on a non-daemon thread: off the caller's path, and a
-    process that ends at once still finishes it."""
-    thread = threading.Thread(target=write, args=args, name=name, daemon=False)
-    thread.start()
-    _writers[:] = [t for t in _writers if t.is_alive()] + [thread]
-    return thread
+def write_in_background(write: Callable[..., Any], *args: Any, name: str) -> None:
+    """Run ``write(*args)`` (a cache write) on the cache's writer thread, off the caller's path.
+
+    Writes queue up for one non-daemon thread, started when none is running and ending when the
+    queue is empty: a process that ends at once still finishes them, and a write queued while
+    another runs costs no thread start (starting a thread waits until it runs, ~10 ms while the
+    packed weights are being written). ``name`` names the write in the log when it fails."""
+    global _writer
+    with _pending_lock:
+        _pending.append((write, (*args,), name))
+        if _writer is not None:
+            return
+        _writer = threading.Thread(target=_drain, name="halter-cache-writer", daemon=False)
+        _writer.start()          # (it runs once the lock is released: joinable from now on)
+
+
+def _drain() -> None:
+    global _writer
+    while True:
+        with _pending_lock:
+            if not _pending:
+                _writer = None
+                return
+            write, args, name = _pending.popleft()
+        try:
+            write(*args)
+        except Exception:  # noqa: BLE001 - a failed write must not stop the ones queued after it
+            logging.getLogger("halter.cache").exception("cache write %s failed", name)
 
 
 def wait_for_writes() -> None:
-    """Wait for the background writes started so far (tests; a process also waits at exit)."""
-    for t in list(_writers):
-        t.join()
+    """Wait for the background writes queued so far (tests; a process also waits at exit)."""
+    while True:
+        with _pending_lock:
+            thread = _writer
+        if thread is None:
+            return
+        thread.join()
 
 
 def touch(p: Path) -> None:

@@ -277,6 +277,9 @@ def test_pieces_render_as_one_at_a_time(model, odd):
 
 
 def test_merges_split_at_the_first_space_after_the_first_character():
+    """llama.cpp splits a merge line at the first space after its first character and looks
+    pairs up as (left, right); halter's table is keyed by the line, which must give the same
+    rank for every pair of space-free symbols (the only symbols a byte-level BPE word holds)."""
     from halter.engine.bpe import parse_merges
 
     def one_by_one(lines):
@@ -286,8 +289,14 @@ def test_merges_split_at_the_first_space_after_the_first_character():
             ranks.setdefault((line[:1] + left, right) if space else ("", ""), r)
         return ranks
 
-    clean = ["a b", "Ġ t", "  x", "ab cd ef", "a b", "x\u4e2d y"]
-    with_odd = clean + ["nospace", "", "a\x00 b", " lone"]
+    clean = ["a b", "Ġ t", "  x", "ab cd ef", "a b", "x\u4e2d y", "ab cd", "b a"]
+    with_odd = clean + ["nospace", "", "a\x00 b", " lone", "ab  cd"]
     for lines in (clean, with_odd):
+        want = one_by_one(lines)
+        symbols = {s for line in lines for s in line.split(" ")} | {s for pair in want for s in pair}
+        symbols = {s for s in symbols if s and " " not in s}
         for given in (lines, [s.encode() for s in lines]):
-            assert parse_merges(given) == one_by_one(lines)
+            ranks = parse_merges(given)
+            for left in symbols:
+                for right in symbols:
+                    assert ranks.get(left + " " + right) == want.get((left, right)), (left, right)

@@ -6,7 +6,6 @@ rank first (leftmost on ties) until no listed merge applies. Results are cached 
 from __future__ import annotations
 
 import heapq
-import re
 from typing import Any, Mapping, Sequence
 
 from halter.vocab.gguf_vocab import decode_pieces
@@ -18,32 +17,25 @@ _BYTE_CHARS = [c for _, c in sorted(gpt2_byte_encoder().items())]      # one tab
 _CACHE_LIMIT = 100_000
 
 
-def parse_merges(merges: Sequence[bytes | str]) -> dict[tuple[str, str], int]:
-    """``tokenizer.ggml.merges`` ("left right", rank = position) -> {(left, right): rank}.
+def parse_merges(merges: Sequence[bytes | str]) -> dict[str, int]:
+    """``tokenizer.ggml.merges`` ("left right", rank = position) -> {"left right": rank}.
 
-    As llama.cpp: the split is at the first space after the first character, and the first
-    occurrence of a pair keeps its rank.
+    llama.cpp splits each line at the first space after its first character and looks pairs up
+    as (left, right). The symbols a byte-level BPE word is made of never hold a space (each byte
+    is one of GPT-2's byte characters, a space is ``Ġ``), so ``left + " " + right`` names the
+    pair as well: the line itself, with no split needed. A line whose right side holds a space,
+    or that has none, is then a key no pair of symbols can spell, as no pair can match its
+    split. The first occurrence of a line keeps its rank.
     """
     lines = decode_pieces(merges) if set(map(type, merges)) <= {bytes} else \
         [m if isinstance(m, str) else m.decode("utf-8", errors="replace") for m in merges]
-    joined = "\0".join(lines)
-    pairs = _MERGE.findall(joined) if joined.count("\0") == len(lines) - 1 else []
-    if len(pairs) != len(lines):            # a line without a space (or holding the separator)
-        split = [line[1:].partition(" ") for line in lines]
-        pairs = [(line[:1] + left, right) if space else ("", "") for line, (left, space, right) in zip(lines, split)]
-    return dict(zip(reversed(pairs), range(len(pairs) - 1, -1, -1)))
-
-
-_MERGE = re.compile("([^\0][^ \0]*) ([^\0]*)(?:\0|\\Z)")
-"""One merge line of the joined lines: (left, right) split at the first space after the first
-character; every line matches from its start or not at all, so all lines matching means one
-pair per line, in order."""
+    return dict(zip(reversed(lines), range(len(lines) - 1, -1, -1)))
 
 
 class BPE:
     """Merges words into token ids with a fixed merge table and token-text index."""
 
-    def __init__(self, token_to_id: Mapping[str, int], ranks: Mapping[tuple[str, str], int], *,
+    def __init__(self, token_to_id: Mapping[str, int], ranks: Mapping[str, int], *,
                  ignore_merges: bool = False) -> None:
         self._ids = token_to_id
         self._ranks = ranks
@@ -97,7 +89,7 @@ class BPE:
         def push(left: int, right: int) -> None:
             if left < 0 or right < 0:
                 return
-            rank = ranks.get((text[left], text[right]))
+            rank = ranks.get(text[left] + " " + text[right])
             if rank is not None:
                 heapq.heappush(heap, (rank, left, right, text[left] + text[right]))
 

@@ -28,9 +28,6 @@ from halter.engine.quant_tensor import INT4_GROUP, LAZY_CODES, Codes, QuantTenso
 from halter.errors import ModelLoadError
 
 PACK_ROWS = 4096                      # rows packed at a time (a multiple of the kernel's tile of 64)
-_LO4 = 0x0F0F0F0F0F0F0F0F                     # low nibble of each byte of an int64
-_HI4 = 0xF0F0F0F0F0F0F0F0 - (1 << 64)         # high nibble of each byte (as a signed int64)
-_FLIP = 0x8888888888888888 - (1 << 64)         # bit 3 of each nibble
 
 
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
@@ -47,13 +44,12 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     return (out[0] if len(out) == 1 else torch.cat(out)).view(n, K // 2)
 
 
-def _pack_codes(rows: torch.Tensor, block_bytes: int, codes: Sequence[Codes], outs: Sequence[torch.Tensor]) -> None:
+def pack_codes(rows: torch.Tensor, block_bytes: int, codes: Sequence[Codes], outs: Sequence[torch.Tensor]) -> None:
     """``pack_int4`` of the terms ``codes`` locates in the raw block rows ``rows``, into ``outs``.
 
     Pairs of rows (``i`` and ``i + 32`` of each 64-row block, ``2i`` and ``2i + 1`` in a last
-    shorter block) are combined straight from the file's bytes, eight bytes at a time (int64
-    lanes): a nibble-packed byte of each row gives the packed bytes of two values, with no code
-    matrix in between. One byte-wise transposition per output then writes the kernel's k-major
+    shorter block) are combined straight from the file's bytes: a nibble-packed byte of each row
+    gives the packed bytes of two values, with no code matrix in between. One byte-wise transposition per output then writes the kernel's k-major
     order. The code bytes are copied out of the blocks once for all terms (Q8_0's two terms read
     the same bytes).
     """
@@ -70,19 +66,21 @@ def _pack_codes(rows: torch.Tensor, block_bytes: int, codes: Sequence[Codes], ou
         segments.append((qs[full:].view(1, t, 2, -1).transpose(1, 2), [o[full:] for o in outs], t))
     for src, dsts, R in segments:
         nb = src.shape[0]
-        a, b = src[:, 0].view(torch.int64), src[:, 1].view(torch.int64)      # [nb, R, bytes / 8]
+        a, b = src[:, 0], src[:, 1]                                  # [nb, R, bytes] of each row
 
         def k_major(v: torch.Tensor) -> torch.Tensor:          # [nb, R, ...] bytes -> [nb, ..., R]
-            return v.view(torch.uint8).view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
+            return v.view(nb, R, n_blk, G, L).permute(0, 2, 3, 4, 1)
+        # a byte of each row's codes gives one packed byte: low nibbles (a & 15) + 16 b, high
+        # nibbles (a >> 4) + 16 (b >> 4), sums that wrap at 256 exactly as the nibbles join
         for c, dst in zip(codes, dsts):
             if c.kind == "nibbles":
                 d = dst.view(nb, n_blk, G, 2, L, R)
-                d[:, :, :, 0] = k_major((a & _LO4) | ((b << 4) & _HI4))
-                d[:, :, :, 1] = k_major(((a >> 4) & _LO4) | (b & _HI4))
+                d[:, :, :, 0] = k_major(torch.add(a & 15, b, alpha=16))
+                d[:, :, :, 1] = k_major(torch.add(a >> 4, b >> 4, alpha=16))
             elif c.kind == "low":
-                dst.view(nb, n_blk, G, L, R).copy_(k_major((a & _LO4) | ((b << 4) & _HI4)))
+                dst.view(nb, n_blk, G, L, R).copy_(k_major(torch.add(a & 15, b, alpha=16)))
             else:
-                dst.view(nb, n_blk, G, L, R).copy_(k_major((((a >> 4) & _LO4) | (b & _HI4)) ^ _FLIP))
+                dst.view(nb, n_blk, G, L, R).copy_(k_major(torch.add(a >> 4, b >> 4, alpha=16) ^ 0x88))
 
 
 def pack_cpu(parts: Sequence[QuantTensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -106,7 +104,7 @@ def pack_cpu(parts: Sequence[QuantTensor]) -> tuple[list[torch.Tensor], list[tor
                                      field=q.source_name)
             lazy = [(c, p[r0:r1]) for (c, _, _), p in zip(terms, packed) if isinstance(c, Codes)]
             if lazy:
-                _pack_codes(chunk.raw, chunk.block_bytes, [c for c, _ in lazy], [o for _, o in lazy])
+                pack_codes(chunk.raw, chunk.block_bytes, [c for c, _ in lazy], [o for _, o in lazy])
             for t, ((c, scale, zero), p) in enumerate(zip(terms, packed)):
                 if not isinstance(c, Codes):
                     p[r0:r1] = pack_int4(c)

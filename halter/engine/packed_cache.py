@@ -22,7 +22,6 @@ byte bound. ``Model.load(..., packed_cache=False)`` or
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import torch
@@ -81,12 +80,12 @@ def discard(key: str) -> None:
         pass
 
 
-def store_later(key: str, tensors: dict[str, torch.Tensor]) -> threading.Thread | None:
-    """Write ``tensors`` under ``key`` on a background thread (returned; None when skipped: too
+def store_later(key: str, tensors: dict[str, torch.Tensor]) -> bool:
+    """Write ``tensors`` under ``key`` on the cache's writer thread; False when skipped (too
     small, too large for the cache's bound, or nothing to store)."""
     size = sum(t.numel() * t.element_size() for t in tensors.values())
     if not tensors or size < MIN_BYTES or size > cache.max_bytes() // 4:
-        return None
+        return False
 
     def write(tmp: Path) -> None:
         try:
@@ -96,4 +95,5 @@ def store_later(key: str, tensors: dict[str, torch.Tensor]) -> threading.Thread 
         except Exception as err:  # noqa: BLE001 - the zip writer's own errors (a full disk): no file
             raise OSError(str(err)) from err
 
-    return cache.write_in_background(cache.write_atomic, _file(key), write, name="halter-packed-cache")
+    cache.write_in_background(cache.write_atomic, _file(key), write, name="halter-packed-cache")
+    return True

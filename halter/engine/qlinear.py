@@ -258,7 +258,7 @@ class QLinear(nn.Module):
         super().__init__()
         if kernel is not None and kernel not in KERNELS:
             raise ValueError(f"kernel {kernel!r} not understood (use one of {KERNELS})")
-        groups = _group_parts(parts)
+        groups = group_parts(parts)
         self.kernels = [kernel or pick_kernel(g[0], device, rows=sum(p.shape[0] for p in g)) for g in groups]
         self.parts = nn.ModuleList(
             _make_part(g, k, dtype, device, None if prebuilt is None else _prefixed(prebuilt, f"{j}."))
@@ -341,7 +341,7 @@ def _make_part(group: list[QuantTensor], kernel: str, dtype: torch.dtype, device
     return _DequantPart(q.to(device), dtype)
 
 
-def _group_parts(parts: Sequence[QuantTensor]) -> list[list[QuantTensor]]:
+def group_parts(parts: Sequence[QuantTensor]) -> list[list[QuantTensor]]:
     """Consecutive parts of one type form one group, multiplied as one matrix (a fused projection)."""
     merged: list[list[QuantTensor]] = []
     for p in parts:

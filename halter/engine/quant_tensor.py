@@ -117,10 +117,16 @@ class QuantTensor:
     def int4_lazy_terms(self, row_start: int = 0, row_end: int | None = None) -> list[LazyTerm]:
         """As ``int4_terms``, but codes that lie in the blocks as they are come as ``Codes``."""
         rows = self.raw[row_start:row_end]
-        n = rows.shape[0]
-        terms = _TERM_FNS[self.type_name](rows.reshape(-1, self.block_bytes))
-        return [(c if isinstance(c, Codes) else c.reshape(n, -1), s.reshape(n, -1), z.reshape(n, -1))
-                for c, s, z in terms]
+        return header_terms(self.type_name, rows.reshape(-1, self.block_bytes), rows.shape[0])
+
+
+def header_terms(type_name: str, blocks: torch.Tensor, n_rows: int) -> list[LazyTerm]:
+    """The lazy int4 terms of ``n_rows`` rows of ``blocks`` (``[n_blocks, bytes]``): whole blocks,
+    or only their first ``LAZY_CODES[type_name][0].off`` bytes, where every field a term reads
+    lies (scales, minimums, the 5-bit types' fifth bits: all before the 4-bit codes)."""
+    terms = _TERM_FNS[type_name](blocks)
+    return [(c if isinstance(c, Codes) else c.reshape(n_rows, -1), s.reshape(n_rows, -1), z.reshape(n_rows, -1))
+            for c, s, z in terms]
 
 
 def release_pages(q: QuantTensor) -> None:

@@ -2,10 +2,10 @@
 
 ``state_dict`` maps llama.cpp's tensor names to the module's, fusing Q, K and V into one
 projection; ``install_quantized`` swaps the linear layers and embeddings whose weights are
-quantized for ``QLinear``/``QEmbedding`` (packed for their kernels, one layer per thread on the
-CPU); ``fuse_dense_gate_up`` makes float gate and up matrices one product on CUDA; ``skip_init``
-builds the module on ``meta`` without random initialisation; ``trim_heap`` returns the packing's
-freed memory to the system.
+quantized for ``QLinear``/``QEmbedding`` (packed for their kernels on the CPU's threads, the
+int4 layers together in chunks: ``pack_batch``); ``fuse_dense_gate_up`` makes float gate and up
+matrices one product on CUDA; ``skip_init`` builds the module on ``meta`` without random
+initialisation; ``trim_heap`` returns the packing's freed memory to the system.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import torch
 from halter.engine import packed_cache
 from halter.engine.config import ModelConfig
 from halter.engine.gguf_loader import check_scales
-from halter.engine.qlinear import QEmbedding, QLinear
+from halter.engine.pack_batch import Batch, batchable
+from halter.engine.qlinear import QEmbedding, QLinear, group_parts, pick_kernel
 from halter.engine.quant_tensor import QuantTensor, release_pages
 from halter.engine.transformer import Linear, Transformer
 
@@ -129,7 +130,8 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
         return None if stored is None else by_module.get(name, {})
 
     rest = dict(sd)
-    builds: list[tuple[torch.nn.Module, str, Callable[[], torch.nn.Module], int]] = []   # (parent, attribute, build, bytes packed)
+    # (parent, attribute, build, bytes packed, the parts of a QLinear that a shared packing may take)
+    builds: list[tuple[torch.nn.Module, str, Callable[..., torch.nn.Module], int, list[QuantTensor] | None]] = []
     for i, layer in enumerate(net.layers):       # gate and up of one type: one product, one kernel call
         w1, w3 = sd.get(f"layers.{i}.feed_forward.w1.weight"), sd.get(f"layers.{i}.feed_forward.w3.weight")
         if isinstance(w1, QuantTensor) and isinstance(w3, QuantTensor) and w1.ggml_type == w3.ggml_type:
@@ -137,7 +139,7 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
             name = f"layers.{i}.feed_forward.w13"
             builds.append((ff, "w13", functools.partial(QLinear, [w1, w3], None, dtype=dtype, device=device,
                                                         prebuilt=prebuilt(name)),
-                           0 if stored is not None else w1.nbytes + w3.nbytes))
+                           0 if stored is not None else w1.nbytes + w3.nbytes, [w1, w3]))
             ff.w1 = ff.w3 = None
             del rest[f"layers.{i}.feed_forward.w1.weight"], rest[f"layers.{i}.feed_forward.w3.weight"]
     for key, value in sd.items():
@@ -148,18 +150,32 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
         parent = net.get_submodule(parent_path) if parent_path else net
         old = getattr(parent, attr)
         del rest[key]
-        cost = 0                                   # an embedding is looked up in place: nothing packed
-        if isinstance(old, torch.nn.Embedding):
-            build: Callable[[], torch.nn.Module] = functools.partial(QEmbedding, value, dtype=dtype, device=device)
-        else:
-            bias = rest.pop(path + ".bias", None)
-            parts = value if isinstance(value, list) else [value]
-            build = functools.partial(QLinear, parts, bias, dtype=dtype, device=device, prebuilt=prebuilt(path))
-            cost = 0 if stored is not None else sum(q.nbytes for q in parts)
-        builds.append((parent, attr, build, cost))
-    modules = _build_all([b[2] for b in builds], device, [b[3] for b in builds])
-    for (parent, attr, _, _), module in zip(builds, modules):
-        setattr(parent, attr, module)
+        if isinstance(old, torch.nn.Embedding):    # looked up in place: nothing packed
+            builds.append((parent, attr, functools.partial(QEmbedding, value, dtype=dtype, device=device), 0, None))
+            continue
+        bias = rest.pop(path + ".bias", None)
+        parts = value if isinstance(value, list) else [value]
+        builds.append((parent, attr, functools.partial(QLinear, parts, bias, dtype=dtype, device=device,
+                                                       prebuilt=prebuilt(path)),
+                       0 if stored is not None else sum(q.nbytes for q in parts), parts))
+    shared = _shared_packings([b[4] for b in builds], device) if stored is None else {}
+    batches = list({id(b): b for refs in shared.values() for _, b, _ in refs}.values())
+    jobs = [job for b in batches for job in b.jobs()]
+    alone = [i for i in range(len(builds)) if i not in shared]
+    results = _run_all([j for j, _ in jobs] + [builds[i][2] for i in alone], device,
+                       [c for _, c in jobs] + [builds[i][3] for i in alone])
+    modules: dict[int, torch.nn.Module] = dict(zip(alone, results[len(jobs):]))
+    for b in batches:
+        b.done()
+    for i, refs in shared.items():
+        packing: dict[str, torch.Tensor] = {}
+        for j, batch, g in refs:
+            packed, sz = batch.result(g)
+            packing.update({f"{j}.packed{t}": p for t, p in enumerate(packed)})
+            packing.update({f"{j}.sz{t}": z for t, z in enumerate(sz)})
+        modules[i] = builds[i][2](prebuilt=packing)
+    for i, (parent, attr, _, _, _) in enumerate(builds):
+        setattr(parent, attr, modules[i])
     for value in sd.values():        # file pages read while packing: only lookups come back
         for q in value if isinstance(value, list) else [value]:
             if isinstance(q, QuantTensor):
@@ -168,30 +184,56 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
     return rest
 
 
-def _build_all(builds: list[Callable[[], torch.nn.Module]], device: torch.device,
-               costs: list[int] | None = None) -> list[torch.nn.Module]:
-    """Run the layer builds (packing: byte shuffling in many small torch ops), one layer per thread,
-    the costliest first (``costs``: bytes each packs), results in the order given.
+def _shared_packings(layers: list[list[QuantTensor] | None], device: torch.device
+                     ) -> dict[int, list[tuple[int, Batch, int]]]:
+    """The CPU int4 packings done together (``pack_batch``): for each layer (by index in
+    ``layers``, ``None``: not a ``QLinear``) whose every group of parts is int4 and whole
+    64-row blocks, ``(group index in the layer, its Batch, its index there)`` per group. A
+    layer with any other group is left to build alone."""
+    if device.type != "cpu":
+        return {}
+    by_kind: dict[tuple[str, int], list[list[QuantTensor]]] = {}
+    refs: dict[int, list[tuple[int, tuple[str, int], int]]] = {}
+    for i, parts in enumerate(layers):
+        if parts is None:
+            continue
+        groups = group_parts(parts)
+        if not all(pick_kernel(g[0], device, rows=sum(p.shape[0] for p in g)) == "int4" and batchable(g)
+                   for g in groups):
+            continue
+        for j, g in enumerate(groups):
+            kind = (g[0].type_name, g[0].shape[1])
+            members = by_kind.setdefault(kind, [])
+            refs.setdefault(i, []).append((j, kind, len(members)))
+            members.append(g)
+    batches = {kind: Batch(groups) for kind, groups in by_kind.items()}
+    return {i: [(j, batches[kind], g) for j, kind, g in r] for i, r in refs.items()}
 
-    On the CPU each build runs its ops on its own thread, torch's intra-op pool set to one thread
+
+def _run_all(jobs: list[Callable[[], Any]], device: torch.device, costs: list[int] | None = None) -> list[Any]:
+    """Run the load's jobs (layer builds, chunks of a shared packing: byte shuffling in torch
+    ops), one job per thread at a time, the costliest first (``costs``: bytes each packs),
+    results in the order given.
+
+    On the CPU each job runs its ops on its own thread, torch's intra-op pool set to one thread
     meanwhile: ops split across a thread pool wait at a barrier for every thread, and on a machine
     whose cores are busy with other work each wait lasts a scheduler slice (loading took 2-5 s
     instead of 0.3 s with two background jobs on two cores). Costliest first: a tied output layer
     is the largest single build (Gemma 3's: half of the packing) and, started last, it ran alone
     while the other threads had nothing left to do."""
     n = torch.get_num_threads()
-    if device.type != "cpu" or n <= 1 or len(builds) <= 1:
-        return [b() for b in builds]
-    order = sorted(range(len(builds)), key=lambda i: -costs[i]) if costs is not None else list(range(len(builds)))
-    out: list[torch.nn.Module | None] = [None] * len(builds)
+    if device.type != "cpu" or n <= 1 or len(jobs) <= 1:
+        return [b() for b in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: -costs[i]) if costs is not None else list(range(len(jobs)))
+    out: list[Any] = [None] * len(jobs)
     torch.set_num_threads(1)
     try:
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="halter-pack") as pool:
-            for i, module in zip(order, pool.map(lambda i: builds[i](), order)):
-                out[i] = module
+            for i, result in zip(order, pool.map(lambda i: jobs[i](), order)):
+                out[i] = result
     finally:
         torch.set_num_threads(n)
-    return out  # type: ignore[return-value]
+    return out
 
 
 def trim_heap() -> None:
