@@ -136,7 +136,7 @@ def _report(progress: Progress, path: Any) -> Callable[[int, int, str], None]:
     return show
 
 
-def _quant_view(path: Any, info: TensorInfo, device: torch.device) -> QuantTensor:
+def _quant_view(path: Any, data: np.ndarray, info: TensorInfo, device: torch.device) -> QuantTensor:
     """The tensor's raw blocks (file-backed view on the CPU; copied to another device).
 
     Its scale fields are checked for NaN/inf here on other devices; on the CPU the int4 packing
@@ -146,7 +146,7 @@ def _quant_view(path: Any, info: TensorInfo, device: torch.device) -> QuantTenso
     if len(info.shape) < 2 or info.shape[1] % block_len:
         raise ModelLoadError(f"{name} rows of {info.shape[1] if len(info.shape) > 1 else '?'} values are not whole "
                              f"blocks of {block_len}", path=path, field=info.name)
-    q = QuantTensor.from_file(os.fspath(path), info.offset, info.type, info.shape)  # type: ignore[arg-type]
+    q = QuantTensor.from_map(data, info.offset, info.type, info.shape)  # type: ignore[arg-type]
     q.source_path, q.source_name = str(path), info.name
     if device.type == "cpu":
         return q
@@ -197,7 +197,7 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
         if name in infos:
             wanted[name] = shape
     file_size = os.path.getsize(path)
-    data = np.memmap(path, dtype=np.uint8, mode="r")
+    data = np.memmap(path, dtype=np.uint8, mode="c")     # private: tensors are views, never written
     show = _report(progress, path)
     tensors: dict[str, torch.Tensor] = {}
     total = len(wanted)
@@ -218,7 +218,7 @@ def load_gguf(path: str | os.PathLike[str], *, dtype: torch.dtype, device: torch
                                  field=name)
         target = torch.float32 if name.startswith("rope_") else dtype
         if weights == "packed" and len(shape) == 2 and GGML_TYPES[ttype][1] > 1:
-            tensors[name] = _quant_view(path, info, device)
+            tensors[name] = _quant_view(path, data, info, device)
             show(done, total, name)
             continue
         try:

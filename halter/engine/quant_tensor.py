@@ -43,15 +43,15 @@ class QuantTensor:
         self.scales_checked = False        # its scale fields were found finite (``scales_finite``, packing)
 
     @classmethod
-    def from_file(cls, path: str, offset: int, ggml_type: int, shape: tuple[int, int]) -> "QuantTensor":
-        """A view of the tensor's bytes through a private (copy-on-write) memory map of ``path``.
+    def from_map(cls, mapped: np.ndarray, offset: int, ggml_type: int, shape: tuple[int, int]) -> "QuantTensor":
+        """A view of the tensor's bytes at ``offset`` of ``mapped``, a private (copy-on-write)
+        memory map of the file (``np.memmap(path, mode="c")``; one map for all of a file's tensors).
 
         Nothing is read until used; pages read stay file-backed (shared with the page cache).
         """
         _, block_len, block_bytes = GGML_TYPES[ggml_type]
         n = shape[0] * shape[1] // block_len * block_bytes
-        mm = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=(n,))
-        q = cls(torch.from_numpy(mm), ggml_type, shape)
+        q = cls(torch.from_numpy(mapped[offset:offset + n]), ggml_type, shape)
         q.file_backed = True
         return q
 

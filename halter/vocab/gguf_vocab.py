@@ -8,7 +8,6 @@ finds them. Every pass over the pieces is one C-level call over all of them join
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -175,8 +174,10 @@ def _int_array(meta: dict[str, Any], key: str, n: int, path: str | Path | None) 
 _GPT2_DECODER = gpt2_byte_decoder()
 
 
-_GPT2_TABLE = {ord(c): b for c, b in _GPT2_DECODER.items()}
-_NOT_GPT2 = re.compile("[^" + re.escape("".join(sorted(_GPT2_DECODER))) + "]")
+# the byte of each GPT-2 byte character by code point; 256 for a code point that is none (the
+# last entry stands for every code point past the table)
+_GPT2_BYTE_OF = np.full(max(map(ord, _GPT2_DECODER)) + 2, 256, dtype=np.uint16)
+_GPT2_BYTE_OF[[ord(c) for c in _GPT2_DECODER]] = list(_GPT2_DECODER.values())
 
 
 def _render(raw: list[bytes], texts: list[str], types: np.ndarray, spm: bool,
@@ -201,14 +202,18 @@ def _render_normal(raw: list[bytes], texts: list[str], spm: bool) -> list[bytes]
             return blob.replace(b"\xe2\x96\x81", b" ").split(_SEP)
         return [piece.replace(b"\xe2\x96\x81", b" ") for piece in raw]
     # each character becomes one byte, so the pieces' offsets in the joined text are their offsets
-    # in the mapped bytes (characters no byte maps to are replaced, their pieces kept as text)
+    # in the mapped bytes; the characters are looked up as code points in one numpy pass (a
+    # character no byte maps to marks its piece, which is kept as its text)
     joined = "".join(texts)
-    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))).tolist()
-    mapped = joined.translate(_GPT2_TABLE).encode("latin-1", errors="replace")
-    out = [mapped[a:b] for a, b in zip([0] + ends[:-1], ends)]
-    foreign = [m.start() for m in _NOT_GPT2.finditer(joined)]
-    if foreign:
-        for i in set(np.searchsorted(np.asarray(ends), foreign, side="right").tolist()):
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    points = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
+    values = _GPT2_BYTE_OF[np.minimum(points, len(_GPT2_BYTE_OF) - 1)]
+    mapped = values.astype(np.uint8).tobytes()
+    bounds = ends.tolist()
+    out = [mapped[a:b] for a, b in zip([0] + bounds[:-1], bounds)]
+    foreign = np.flatnonzero(values > 255)
+    if len(foreign):
+        for i in set(np.searchsorted(ends, foreign, side="right").tolist()):
             out[i] = raw[i]
     return out
 
