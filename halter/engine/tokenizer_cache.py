@@ -1,8 +1,8 @@
 """A GGUF file's tokenizer kept in halter's cache directory, so that later loads skip building it.
 
 Building a ``Tokenizer`` reads the file's token arrays and makes its tables as Python objects
-(texts, output bytes, the text-to-id map, merge ranks): ~0.12 s for SmolLM2's 49k tokens and 49k
-merges, ~0.3 s for Gemma 3's 262k tokens. Unpickling the built object takes a third of that. The
+(texts, output bytes, the text-to-id map, merge ranks): ~0.07 s for SmolLM2's 49k tokens and 49k
+merges, ~0.25 s for Gemma 3's 262k tokens. Unpickling the built object takes half of that. The
 first build of a file is pickled to ``tokenizers/<key>.pkl`` on a background thread
 (``halter.cache.store_pickle``: written atomically, with an HMAC that ``load_pickle`` checks before
 unpickling) and later builds of the same file load it.
