@@ -186,3 +186,28 @@ def test_the_constructor_builds_what_compile_builds(cache_dir):
         CompiledGrammar(grammar, [b"a"])
     with pytest.raises(TypeError, match="Grammar"):
         CompiledGrammar('root ::= "a"', vocab)
+
+
+def test_background_writes_run_in_order_and_a_failure_does_not_stop_the_rest(tmp_path, caplog):
+    """Cache writes queue for one writer thread: each runs, in order, after the caller has gone on;
+    one that raises is logged and the ones queued after it still run."""
+    import threading
+    gate = threading.Event()
+    done: list[str] = []
+
+    def slow(name: str) -> None:
+        gate.wait(5)
+        done.append(name)
+
+    def broken() -> None:
+        raise RuntimeError("disk on fire")
+
+    cache.write_in_background(slow, "first", name="first")
+    cache.write_in_background(broken, name="broken")
+    cache.write_in_background(lambda p: p.write_text("kept"), tmp_path / "later.txt", name="later")
+    assert done == []                                  # queued behind the first, not run by the caller
+    with caplog.at_level("ERROR", logger="halter.cache"):
+        gate.set()
+        cache.wait_for_writes()
+    assert done == ["first"] and (tmp_path / "later.txt").read_text() == "kept"
+    assert "cache write broken failed" in caplog.text and "disk on fire" in caplog.text
