@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from halter.engine.int4_pack import pack_cpu
-from halter.engine.pack_batch import Batch, batchable
+from halter.engine.pack_batch import Batch, batchable, pack_cpu
 from halter.engine.quant_tensor import INT4_TYPES
 from halter.errors import ModelLoadError
 from tests.test_engine_packed import random_quant
@@ -70,4 +69,7 @@ def test_only_int4_parts_of_whole_blocks_of_one_type_and_width_batch() -> None:
     with pytest.raises(ValueError, match="one type and width"):
         Batch([[random_quant("Q4_0", (64, 256))], [random_quant("Q4_0", (64, 512))]])
     with pytest.raises(ValueError, match="64-row blocks"):
-        Batch([[random_quant("Q4_0", (48, 256))]])
+        Batch([[random_quant("Q4_0", (48, 256))], [random_quant("Q4_0", (64, 256))]])
+    with pytest.raises(ValueError, match="64-row blocks"):
+        Batch([[random_quant("Q4_0", (64, 256)), random_quant("Q4_0", (40, 256))]])
+    Batch([[random_quant("Q4_0", (64, 256)), random_quant("Q4_0", (48, 256))]])   # a shorter block at the end

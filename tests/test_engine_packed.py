@@ -12,7 +12,8 @@ from halter import Model
 from halter.engine import build_tiny_gguf
 from halter.engine.dequant import GGML_TYPES, SCALE_FIELDS, dequantize_blocks
 from halter.engine.gguf_loader import read_layout
-from halter.engine.int4_pack import PACK_ROWS, pack_cpu, pack_int4
+from halter.engine.int4_pack import PACK_ROWS, pack_int4
+from halter.engine.pack_batch import pack_cpu
 from halter.engine.qlinear import QEmbedding, QLinear, pick_kernel, weight_bytes
 from halter.engine.quant_tensor import INT4_GROUP, INT4_TYPES, QuantTensor
 

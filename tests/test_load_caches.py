@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from halter import Model, cache
-from halter.engine import build_tiny_gguf, packed_cache, tokenizer_cache
+from halter.engine import build_tiny_gguf, pack_batch, packed_cache, tokenizer_cache
 from halter.engine import qlinear as qlinear_mod
 from halter.engine.qlinear import QLinear, weight_bytes
 from halter.engine.tokenizer import Tokenizer
@@ -75,6 +75,7 @@ def test_second_load_maps_the_stored_packing(cache_dir: Path, tmp_path: Path, mo
     def no_packing(*args, **kwargs):
         raise AssertionError("packed again although the packing is stored")
     monkeypatch.setattr(qlinear_mod, "pack_cpu", no_packing)
+    monkeypatch.setattr(pack_batch.Batch, "_pack_chunk", no_packing)     # the layers packed together
     second = Model.load(path, progress=False)
     assert torch.equal(_logits(second), expected)
     assert weight_bytes(second.net, resident=True) == weight_bytes(first.net, resident=True)

@@ -6,17 +6,15 @@ way the kernels read them, with bfloat16 scales and offsets ``[K/32, N, 2]`` per
 * CPU (``torch.ops.aten._weight_int4pack_mm_for_cpu``): rows in blocks of 64, each stored k-major
   as 32 bytes holding row ``i`` (low nibble) and row ``i + 32`` (high nibble); a last block of
   fewer rows holds rows ``2i`` and ``2i + 1`` (``pack_int4``, checked against torch's own
-  ``_convert_weight_to_int4pack_for_cpu`` by a test). ``pack_cpu`` builds it from the file's
+  ``_convert_weight_to_int4pack_for_cpu`` by a test). ``pack_codes`` builds it from the file's
   bytes: the nibble-packed codes (Q4_0, Q4_1, Q4_K, the low bits of the 5-bit types) and Q8_0's
-  bytes of two rows sharing an output byte are combined eight bytes at a time (int64 lanes),
-  then written k-major by one byte-wise transposition per term; only the 5-bit types' fifth
-  bits go through a code matrix.
+  bytes of two rows sharing an output byte are combined byte by byte, then written k-major by
+  one byte-wise transposition per term; only the 5-bit types' fifth bits go through a code
+  matrix (``pack_int4``). ``pack_batch`` runs them over a tensor's rows in chunks (``pack_cpu``)
+  or over many tensors at once.
 * CUDA (``torch.ops.aten._weight_int4pack_mm``): codes as ``uint8 [N, K/2]`` nibble pairs, which
   torch's ``_convert_weight_to_int4pack`` then rearranges (``pack_cuda_nibbles``).
 
-``pack_cpu`` also checks the scales it computes, so that loading reads the blocks once: a NaN or
-infinite float16 scale field makes a scale or an offset non-finite, and is refused by name
-(``ModelLoadError`` naming the file and the tensor).
 """
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ from typing import Sequence
 
 import torch
 
-from halter.engine.quant_tensor import INT4_GROUP, LAZY_CODES, Codes, QuantTensor, release_pages
-from halter.errors import ModelLoadError
+from halter.engine.quant_tensor import INT4_GROUP, Codes, QuantTensor
 
 PACK_ROWS = 4096                      # rows packed at a time (a multiple of the kernel's tile of 64)
 
@@ -49,9 +46,9 @@ def pack_codes(rows: torch.Tensor, block_bytes: int, codes: Sequence[Codes], out
 
     Pairs of rows (``i`` and ``i + 32`` of each 64-row block, ``2i`` and ``2i + 1`` in a last
     shorter block) are combined straight from the file's bytes: a nibble-packed byte of each row
-    gives the packed bytes of two values, with no code matrix in between. One byte-wise transposition per output then writes the kernel's k-major
-    order. The code bytes are copied out of the blocks once for all terms (Q8_0's two terms read
-    the same bytes).
+    gives the packed bytes of two values, with no code matrix in between. One byte-wise
+    transposition per output then writes the kernel's k-major order. The code bytes are copied
+    out of the blocks once for all terms (Q8_0's two terms read the same bytes).
     """
     n, n_blk = rows.shape[0], rows.shape[1] // block_bytes
     c0 = codes[0]
@@ -81,39 +78,6 @@ def pack_codes(rows: torch.Tensor, block_bytes: int, codes: Sequence[Codes], out
                 dst.view(nb, n_blk, G, L, R).copy_(k_major(torch.add(a & 15, b, alpha=16)))
             else:
                 dst.view(nb, n_blk, G, L, R).copy_(k_major(torch.add(a >> 4, b >> 4, alpha=16) ^ 0x88))
-
-
-def pack_cpu(parts: Sequence[QuantTensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Row ``parts`` of one type and width as the CPU kernel's terms: packed ``uint8 [N, K/2]``
-    and bf16 scales and offsets ``[K/32, N, 2]`` per term (row counts: multiples of 16, and of 64
-    for every part but the last). File pages are dropped once read."""
-    N, K = sum(p.shape[0] for p in parts), parts[0].shape[1]
-    spec = LAZY_CODES[parts[0].type_name]
-    packed = [torch.empty((N, K // 2), dtype=torch.uint8) for _ in spec]
-    sz = [torch.empty((K // INT4_GROUP, N, 2), dtype=torch.bfloat16) for _ in spec]
-    base = 0
-    for q in parts:
-        for start in range(0, q.shape[0], PACK_ROWS):
-            end = min(start + PACK_ROWS, q.shape[0])
-            chunk = q.row_slice(start, end)
-            r0, r1 = base + start, base + end
-            terms = chunk.int4_lazy_terms()
-            scale, zero = terms[0][1], terms[0][2]     # a NaN/inf scale field makes these non-finite
-            if not bool(torch.isfinite(scale.sum() + zero.sum())):
-                raise ModelLoadError("tensor contains NaN or infinite scales", path=q.source_path,
-                                     field=q.source_name)
-            lazy = [(c, p[r0:r1]) for (c, _, _), p in zip(terms, packed) if isinstance(c, Codes)]
-            if lazy:
-                pack_codes(chunk.raw, chunk.block_bytes, [c for c, _ in lazy], [o for _, o in lazy])
-            for t, ((c, scale, zero), p) in enumerate(zip(terms, packed)):
-                if not isinstance(c, Codes):
-                    p[r0:r1] = pack_int4(c)
-                sz[t][:, r0:r1, 0] = scale.t()
-                sz[t][:, r0:r1, 1] = zero.t()
-            release_pages(chunk)                      # file pages read: not needed again
-        base += q.shape[0]
-        q.scales_checked = True
-    return packed, sz
 
 
 def pack_cuda_nibbles(parts: Sequence[QuantTensor], device: torch.device

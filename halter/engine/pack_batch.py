@@ -1,17 +1,22 @@
-"""The int4 packing of a model's layers done together at load: chunks of whole 64-row blocks
-that run across layers, split between threads.
+"""The CPU int4 packing of quantized rows (``int4_pack``'s layout), in chunks: of one tensor
+(``pack_cpu``), or of a model's layers together at load, in chunks of whole 64-row blocks that
+run across layers, split between threads (``Batch``).
 
 Packed one layer at a time, each layer part costs some sixty small torch operations whatever
 its size; on two threads the threads then mostly wait for the interpreter lock to issue their
 next operation (SmolLM2-135M's 121 layer builds took 0.19 s on two threads and 0.20 s on one).
 Here every int4 row group of one type and width, across all layers, is packed as row slices of
 one shared output: its rows are taken in chunks of about ``PACK_ROWS`` rows, gathered from as
-many parts as a chunk spans, and each chunk is packed with the same operations as
-``int4_pack.pack_cpu`` (a few hundred operations for a whole model, each over a chunk that
+many parts as a chunk spans (a few hundred operations for a whole model, each over a chunk that
 stays in the cache). The CPU kernel's layout treats each block of 64 rows on its own, so a
 group's rows of the shared output, and its bf16 scales and offsets (written per group, in the
 ``[K/32, N, 2]`` form), are exactly what ``pack_cpu`` makes of the group alone (a test checks
-it). Only groups whose parts are whole 64-row blocks are packed this way.
+it). Groups packed together are whole 64-row blocks; only a batch's last rows may end in a
+shorter block.
+
+The scales computed are checked, so that loading reads the blocks once: a NaN or infinite
+float16 scale field makes a scale or an offset non-finite, and is refused by name
+(``ModelLoadError`` naming the file and the tensor).
 """
 from __future__ import annotations
 
@@ -23,7 +28,16 @@ from halter.engine.int4_pack import PACK_ROWS, pack_codes, pack_int4
 from halter.engine.quant_tensor import INT4_GROUP, LAZY_CODES, Codes, QuantTensor, header_terms, release_pages
 from halter.errors import ModelLoadError
 
-__all__ = ["Batch", "batchable"]
+__all__ = ["Batch", "batchable", "pack_cpu"]
+
+
+def pack_cpu(parts: Sequence[QuantTensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Row ``parts`` of one type and width as the CPU kernel's terms: packed ``uint8 [N, K/2]``
+    and bf16 scales and offsets ``[K/32, N, 2]`` per term (row counts: multiples of 16, and of 64
+    for every part but the last). File pages are dropped once read."""
+    batch = Batch([parts])
+    batch.run()
+    return batch.result(0)
 
 
 def batchable(group: Sequence[QuantTensor]) -> bool:
@@ -55,15 +69,18 @@ class Batch:
         self.type_name, K = first.type_name, first.shape[1]
         if any(p.type_name != self.type_name or p.shape[1] != K for g in groups for p in g):
             raise ValueError("a batch holds parts of one type and width")
-        if not all(batchable(g) for g in groups):
-            raise ValueError("a batch holds int4 parts of whole 64-row blocks")
+        # whole 64-row blocks, but for the batch's last rows (which end its last chunk): a multiple
+        # of 16 there, a shorter last block of the kernel's layout
+        self._parts = [p for g in groups for p in g]
+        if self.type_name not in LAZY_CODES or K % INT4_GROUP or \
+                any(p.shape[0] % 64 for p in self._parts[:-1]) or self._parts[-1].shape[0] % 16:
+            raise ValueError("a batch holds int4 parts of whole 64-row blocks (a multiple of 16 rows at its end)")
         n_terms = len(LAZY_CODES[self.type_name])
         sizes = [sum(p.shape[0] for p in g) for g in groups]
         self._offsets = [sum(sizes[:g]) for g in range(len(groups))]
         self.packed = [torch.empty((sum(sizes), K // 2), dtype=torch.uint8) for _ in range(n_terms)]
         self.sz = [[torch.empty((K // INT4_GROUP, n, 2), dtype=torch.bfloat16) for _ in range(n_terms)]
                    for n in sizes]
-        self._parts = [p for g in groups for p in g]
         self.chunks: list[list[_Piece]] = [[]]
         filled, row = 0, 0
         for gi, g in enumerate(groups):

@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from halter.engine import q8_product
-from halter.engine.int4_pack import PACK_ROWS, pack_cpu, pack_cuda_nibbles
+from halter.engine.int4_pack import PACK_ROWS, pack_cuda_nibbles
+from halter.engine.pack_batch import pack_cpu
 from halter.engine.packed_cache import Mismatch
 from halter.engine.quant_tensor import INT4_GROUP, LAZY_CODES, QuantTensor, release_pages
 

@@ -158,8 +158,7 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
         builds.append((parent, attr, functools.partial(QLinear, parts, bias, dtype=dtype, device=device,
                                                        prebuilt=prebuilt(path)),
                        0 if stored is not None else sum(q.nbytes for q in parts), parts))
-    shared = _shared_packings([b[4] for b in builds], device) if stored is None else {}
-    batches = list({id(b): b for refs in shared.values() for _, b, _ in refs}.values())
+    shared, batches = _shared_packings([b[4] for b in builds], device) if stored is None else ({}, [])
     jobs = [job for b in batches for job in b.jobs()]
     alone = [i for i in range(len(builds)) if i not in shared]
     results = _run_all([j for j, _ in jobs] + [builds[i][2] for i in alone], device,
@@ -185,13 +184,13 @@ def _install(net: Transformer, sd: dict[str, Any], dtype: torch.dtype, device: t
 
 
 def _shared_packings(layers: list[list[QuantTensor] | None], device: torch.device
-                     ) -> dict[int, list[tuple[int, Batch, int]]]:
+                     ) -> tuple[dict[int, list[tuple[int, Batch, int]]], list[Batch]]:
     """The CPU int4 packings done together (``pack_batch``): for each layer (by index in
     ``layers``, ``None``: not a ``QLinear``) whose every group of parts is int4 and whole
-    64-row blocks, ``(group index in the layer, its Batch, its index there)`` per group. A
-    layer with any other group is left to build alone."""
+    64-row blocks, ``(group index in the layer, its Batch, its index there)`` per group, and the
+    batches. A layer with any other group is left to build alone."""
     if device.type != "cpu":
-        return {}
+        return {}, []
     by_kind: dict[tuple[str, int], list[list[QuantTensor]]] = {}
     refs: dict[int, list[tuple[int, tuple[str, int], int]]] = {}
     for i, parts in enumerate(layers):
@@ -207,7 +206,7 @@ def _shared_packings(layers: list[list[QuantTensor] | None], device: torch.devic
             refs.setdefault(i, []).append((j, kind, len(members)))
             members.append(g)
     batches = {kind: Batch(groups) for kind, groups in by_kind.items()}
-    return {i: [(j, batches[kind], g) for j, kind, g in r] for i, r in refs.items()}
+    return {i: [(j, batches[kind], g) for j, kind, g in r] for i, r in refs.items()}, list(batches.values())
 
 
 def _run_all(jobs: list[Callable[[], Any]], device: torch.device, costs: list[int] | None = None) -> list[Any]:
