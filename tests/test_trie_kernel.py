@@ -64,3 +64,28 @@ def test_masks_with_and_without_the_kernel_are_equal_on_real_vocab():
         assert m.accept_token(int(best)) and n.accept_token(int(best))
         pos += len(tb[best])
     assert (m.allowed_mask() == n.allowed_mask()).all() and m.is_accepting()
+
+
+def test_positions_reading_few_bytes_walk_in_python_to_the_kernels_tables():
+    """A position whose opaque node reads a few bytes (a key's next byte) is walked depth-first in
+    Python (``NarrowWalker.walk_whole``) rather than by the kernel: the same tables, every such
+    position of a schema with keys, enums and counted strings and of llama.cpp's JSON grammar."""
+    vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-gpt-2.gguf"))
+    schema = dict(SCHEMA, additionalProperties=True)
+    grammars = [Grammar.from_json_schema(schema), Grammar.from_gbnf(shared_path("grammars", "json.gbnf").read_text())]
+    narrow_positions = 0
+    for g in grammars:
+        cg = g.compile(vocab, cache=False)
+        kernel, narrow, opaque = cg.kernel(), cg._masks._narrow, cg.space.opaque_node
+        a = cg.space.a
+        for d in range(a.n_positions):
+            if not a.has_bytes[d]:
+                continue
+            got = narrow.walk_whole(opaque(d))
+            if got is None:
+                continue
+            narrow_positions += 1
+            bits, esc = kernel.walk_position(opaque(d))
+            assert (cg._masks._bits_of_rows(got[0]) == bits).all(), d
+            assert sorted(set(got[1])) == esc.tolist(), d
+    assert narrow_positions > 50

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 WIDE_LIVE_BYTES = 48
 WIDE_ROWS = 256
 MAX_START_NODES = 64
+# a position whose opaque node reads at most this many bytes (a literal's next byte, a few
+# alternatives) has its whole-trie walk done here: the compiled walk's set-up costs more
+NARROW_POSITION_BYTES = 4
 
 
 class NarrowWalker:
@@ -41,6 +44,7 @@ class NarrowWalker:
         self.row_lo = memoryview(trie.row_lo).cast("B").cast("q")
         self.row_hi = memoryview(trie.row_hi).cast("B").cast("q")
         self.byte = memoryview(trie.byte).cast("B")
+        self.first = (trie.level_start[0], trie.level_start[1] if trie.n_nodes else 0)
 
     def _position_bytes(self, d: int) -> tuple[int, ...]:
         live = self._pos_bytes.get(d)
@@ -115,3 +119,35 @@ class NarrowWalker:
                         escapes.append(k)
                     stack.append((k, nxt))
         return found, escapes
+
+    def walk_whole(self, start: "Node") -> tuple[list[int], list[int]] | None:
+        """(rows readable from ``start``, escape points met) of a walk of the whole trie, as
+        ``trie_kernel.TrieKernel.walk_position`` finds them, where ``start`` reads at most
+        ``NARROW_POSITION_BYTES`` bytes and no space (so no slice applies: a slice's first bytes are
+        many, or a space); None otherwise."""
+        live = self.live_bytes(start)
+        if len(live) > NARROW_POSITION_BYTES or 0x20 in live:
+            return None
+        step_class, class_of, byte, node_row = self.space.step_class, self.class_of, self.byte, self.node_row
+        child_lo, child_hi = self.child_lo, self.child_hi
+        lo, hi = self.first
+        rows: list[int] = []
+        escapes: list[int] = []
+        below: list[int] = []
+        for b in live:                       # the first level, sorted by byte: found by bisection
+            k = bisect_left(byte, b, lo, hi)
+            if k >= hi or byte[k] != b:
+                continue
+            nxt = step_class(start, class_of[b])
+            if nxt.id == 0:
+                continue
+            if node_row[k] >= 0:
+                rows.append(node_row[k])
+            if child_hi[k] > child_lo[k]:
+                if nxt.escaped:
+                    escapes.append(k)
+                found, esc = self.walk(nxt, [k], want_escapes=True)
+                rows.extend(found)
+                below.extend(esc)
+        escapes.extend(below)
+        return rows, escapes

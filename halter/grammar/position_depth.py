@@ -172,13 +172,18 @@ class PositionDepth:
         if pick is None:
             cl = classes[u]
             pick = self._picks[id(classes[u])] = (classes[u], itemgetter(*cl) if len(cl) > 1 else (lambda r: (r[cl[0]],)))
-        cols = [pick[1](byte_next[x]) for x, _ in q]
-        # classes that move every item alike make one successor: each distinct column once
-        keys = set(zip(zip(*cols), u2s[u])) if len(cols) > 1 else set(zip(((c,) for c in cols[0]), u2s[u]))
         out: set = set()
         result = None
-        for col, u2 in keys:
-            nxt = tuple(sorted({(t, st) for t, (_, st) in zip(col, q) if t >= 0}))
+        if len(q) == 1:               # one item (most sets: a key's prefix, a count): its own column
+            x, st = q[0]
+            # (classes alike step together; every class of the slice is read, by the check above)
+            keys = [(((t, st),) if t >= 0 else (), u2) for t, u2 in set(zip(pick[1](byte_next[x]), u2s[u]))]
+        else:
+            cols = [pick[1](byte_next[x]) for x, _ in q]
+            # classes that move every item alike make one successor: each distinct column once
+            keys = [(tuple(sorted({(t, st) for t, (_, st) in zip(col, q) if t >= 0})), u2)
+                    for col, u2 in set(zip(zip(*cols), u2s[u]))]
+        for nxt, u2 in keys:
             if not nxt:
                 break
             t = self._close(nxt, need_all)

@@ -170,6 +170,8 @@ class TrieKernel:
         self.byte_cls = np.asarray(table.class_of, dtype=np.int32)          # byte -> this grammar's class
         self._grow(trie.n_nodes + 1)
         self.first_level = np.arange(trie.level_start[0], trie.level_start[1] if trie.n_nodes else 0, dtype=np.int64)
+        self.first_classes = self._classes(self.first_level)      # (every whole-trie walk steps them)
+        self.first_depths = np.zeros(len(self.first_level), dtype=np.int32)
         self.n_words = (trie.n_vocab + 31) // 32
         self.slices = slices.trie_slices(trie)
         self.depths = slice_depth.SliceDepth(table.space, self.slices)
@@ -194,7 +196,7 @@ class TrieKernel:
         escape points below which every token is accepted (a slice's: ``slices.py``)."""
         k, depth = self.depths.best(start) if self.use_slices else (0, 0)
         if not depth:
-            return self._walk_from(start, self.first_level, np.zeros(len(self.first_level), dtype=np.int32))
+            return self._walk_from(start, self.first_level, self.first_depths)
         # the slice's tokens at once; the walk skips the nodes above only them, or, where every
         # longer string of the slice dies (a count), above only the slice's tokens
         sl = self.slices
@@ -250,7 +252,7 @@ class TrieKernel:
             rest = ~whole
             st[rest] = tt.step(items_s[rest], self._classes(items_n[rest]))
         else:
-            st = tt.step(items_s, self._classes(items_n))
+            st = tt.step(items_s, self.first_classes if items_n is self.first_level else self._classes(items_n))
         live = st != 0
         items_n, items_s, items_d = items_n[live], st[live].astype(np.int32), items_d[live]
         next_pos = tt.next_positions()
