@@ -150,16 +150,11 @@ class CompiledGrammar:
         kernel = self.kernel()
         if kernel is not None:
             opaque = self.space.opaque_node
-            narrow = self._masks._narrow
+            narrow = self._masks.narrow_position_tables       # (a position reading a few bytes)
             for i, d in enumerate(positions):
                 start = opaque(d)
-                got = narrow.walk_whole(start)      # a position reading a few bytes: in Python
-                if got is not None:
-                    rows, esc = got
-                    self.pos_acc[d] = self._masks._bits_of_rows(rows)
-                    self.pos_esc[d] = sorted_unique(np.asarray(esc, dtype=np.int64)) if esc else self._no_esc
-                else:
-                    self.pos_acc[d], self.pos_esc[d] = kernel.walk_position(start)
+                got = narrow(start)
+                self.pos_acc[d], self.pos_esc[d] = got if got is not None else kernel.walk_position(start)
                 if progress and (i % 64 == 63 or i == len(positions) - 1):
                     print(f"halter: building token tables for {self.vocab_size} tokens: "
                           f"{i + 1}/{len(positions)} positions, {time.perf_counter() - t0:.1f}s",

@@ -328,6 +328,16 @@ class MaskAssembler:
             hit = self._walk_memo[key] = (self._bits_of_rows(rows), self._intern(esc))
         return hit
 
+    def narrow_position_tables(self, start: Node) -> tuple[np.ndarray, np.ndarray] | None:
+        """A position's tables (packed tokens, sorted escape points) from a depth-first walk in
+        Python where its opaque node ``start`` reads a few bytes (``NarrowWalker.walk_whole``: the
+        compiled walk's set-up costs more there), else None."""
+        got = self._narrow.walk_whole(start)
+        if got is None:
+            return None
+        rows, esc = got
+        return self._bits_of_rows(rows), np.unique(np.asarray(esc, dtype=np.int64))
+
     def _bits_of_rows(self, rows) -> np.ndarray:
         """Packed mask of the tokens spelled by trie ``rows`` (a list or array; may repeat)."""
         if len(rows) == 0:
