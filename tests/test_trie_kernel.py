@@ -89,3 +89,17 @@ def test_positions_reading_few_bytes_walk_in_python_to_the_kernels_tables():
             assert (got[0] == bits).all(), d
             assert got[1].tolist() == esc.tolist(), d
     assert narrow_positions > 50
+
+
+def test_a_few_bytes_before_a_wide_subtree_are_left_to_the_kernel():
+    """Before a word (``"s" [a-z]*``: a thousand tokens start with ``s``) the Python walk would
+    visit every one of them: such a position declines (the kernel walks it), and its mask is exact."""
+    import re
+    vocab = Vocabulary.from_gguf(shared_path("vocab", "ggml-vocab-deepseek-llm.gguf"))
+    cg = Grammar.from_gbnf('root ::= "x" "s" [a-z]* "."').compile(vocab, cache=False)
+    m = cg.matcher()
+    assert m.accept_token(vocab.token_bytes.index(b"x"))
+    (d, _), = m._node.scan                            # the position before the word
+    assert cg._masks.narrow_position_tables(cg.space.opaque_node(d)) is None
+    allowed = {vocab.token_bytes[t] for t in np.flatnonzero(m.allowed_mask())}
+    assert allowed == {t for t in vocab.token_bytes if re.fullmatch(rb"s[a-z]*\.?", t)}

@@ -23,8 +23,10 @@ WIDE_LIVE_BYTES = 48
 WIDE_ROWS = 256
 MAX_START_NODES = 64
 # a position whose opaque node reads at most this many bytes (a literal's next byte, a few
-# alternatives) has its whole-trie walk done here: the compiled walk's set-up costs more
+# alternatives) has its whole-trie walk done here, where it looks at most NARROW_WALK_NODES child
+# nodes (past that, as below a letter that starts a word, the compiled walk is faster)
 NARROW_POSITION_BYTES = 4
+NARROW_WALK_NODES = 64
 
 
 class NarrowWalker:
@@ -81,12 +83,16 @@ class NarrowWalker:
 
     def walk(self, start: "Node", nodes, want_escapes: bool) -> tuple[list[int], list[int]]:
         """(rows below ``nodes`` readable from ``start``, escape points met), like ``walk_subtrees``."""
-        step_class, states = self.space.step_class, self.space.nodes
+        return self._walk_pairs([(n, start) for n in nodes], want_escapes, -1, self.space.step_class)
+
+    def _walk_pairs(self, stack: list, want_escapes: bool, budget: int, step_class) -> tuple[list[int], list[int]] | None:
+        """``walk`` below each (trie node, state) pair of ``stack``, new transitions made by
+        ``step_class(state, class)``; None where a ``budget`` (>= 0) of child nodes to look at runs out."""
+        states = self.space.nodes
         class_of, child_lo, child_hi = self.class_of, self.child_lo, self.child_hi
         node_row, byte = self.node_row, self.byte
         found: list[int] = []
         escapes: list[int] = []
-        stack = [(n, start) for n in nodes]
         while stack:
             n, state = stack.pop()
             lo, hi = child_lo[n], child_hi[n]
@@ -102,6 +108,10 @@ class NarrowWalker:
                     kids = range(lo, hi)
             else:
                 kids = range(lo, hi)
+            if budget >= 0:
+                budget -= len(kids)
+                if budget < 0:
+                    return None
             nexts = state.next
             for k in kids:
                 c = class_of[byte[k]]
@@ -124,7 +134,8 @@ class NarrowWalker:
         """(rows readable from ``start``, escape points met) of a walk of the whole trie, as
         ``trie_kernel.TrieKernel.walk_position`` finds them, where ``start`` reads at most
         ``NARROW_POSITION_BYTES`` bytes and no space (so no slice applies: a slice's first bytes are
-        many, or a space); None otherwise."""
+        many, or a space) and the walk looks at most ``NARROW_WALK_NODES`` child nodes; None
+        otherwise."""
         live = self.live_bytes(start)
         if len(live) > NARROW_POSITION_BYTES or 0x20 in live:
             return None
@@ -133,11 +144,18 @@ class NarrowWalker:
         lo, hi = self.first
         rows: list[int] = []
         escapes: list[int] = []
-        below: list[int] = []
+        byte_next = self.space.a.byte_next
+        pairs = []
         for b in live:                       # the first level, sorted by byte: found by bisection
             k = bisect_left(byte, b, lo, hi)
             if k >= hi or byte[k] != b:
                 continue
+            if self.row_hi[k] - self.row_lo[k] > NARROW_WALK_NODES:
+                # many tokens below: where the positions after the byte read many bytes (a word's
+                # letters, a string's characters), the compiled walk is the faster
+                after = {byte_next[x][class_of[b]] for x, _ in start.scan}
+                if sum(len(self._position_bytes(t)) for t in after if t >= 0) > NARROW_POSITION_BYTES:
+                    return None
             nxt = step_class(start, class_of[b])
             if nxt.id == 0:
                 continue
@@ -146,8 +164,10 @@ class NarrowWalker:
             if child_hi[k] > child_lo[k]:
                 if nxt.escaped:
                     escapes.append(k)
-                found, esc = self.walk(nxt, [k], want_escapes=True)
-                rows.extend(found)
-                below.extend(esc)
-        escapes.extend(below)
+                pairs.append((k, nxt))
+        got = self._walk_pairs(pairs, True, NARROW_WALK_NODES, step_class)
+        if got is None:
+            return None
+        rows.extend(got[0])
+        escapes.extend(got[1])
         return rows, escapes

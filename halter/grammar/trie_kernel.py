@@ -267,6 +267,11 @@ class TrieKernel:
             if not n_pend:
                 break
             pn, ps, pd = self.pend_n[:n_pend].copy(), self.pend_s[:n_pend].copy(), self.pend_d[:n_pend].copy()
+            # states made outside the walks (stepping bytes, Python walks) have not had their
+            # dead classes filled in: every class they cannot read would come back here one by one
+            nodes = tt.space.nodes
+            for s in set(ps.tolist()):
+                tt.register(nodes[s])
             cls = self._classes(pn)
             pos = tt.single_pos[ps]
             single = pos >= 0
