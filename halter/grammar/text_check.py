@@ -81,12 +81,10 @@ def filter_token_bits(bits: np.ndarray, tracker: CheckTracker, cg: "CompiledGram
     risky = tracker.risky_prefixes()
     if risky:
         space, mark = cg.space, tracker.mark()
-        ids = _token_ids(cg)
         snap = tracker.snapshot()
         for text in risky:
-            for k in range(1, min(len(text), 256) + 1):
-                tid = ids.get(text[:k])
-                if tid is None or not text_token[tid] or not (out[tid >> 5] >> (tid & 31)) & 1:
+            for k, tid in cg.trie.prefix_tokens(text[:256]):
+                if not text_token[tid] or not (out[tid >> 5] >> (tid & 31)) & 1:
                     continue
                 if not has_way_out(space, space.step_bytes(node, text[:k]), tracker, text[:k], mark):
                     if out is bits:
@@ -154,31 +152,11 @@ def _ids(packed: np.ndarray, cg: "CompiledGrammar") -> np.ndarray:
     return ids[ids < cg.vocab_size]
 
 
-def _token_ids(cg: "CompiledGrammar") -> dict[bytes, int]:
-    """Token bytes -> id over the text tokens (the first id of a duplicated spelling)."""
-    got = cg.__dict__.get("_ids_by_bytes")
-    if got is None:
-        got = {}
-        for i, t in enumerate(cg.vocab.token_bytes):
-            if t and cg.text_token[i]:
-                got.setdefault(bytes(t), i)
-        cg.__dict__["_ids_by_bytes"] = got
-    return got
-
-
 def _tokens_with_any(cg: "CompiledGrammar", trigger: bytes) -> np.ndarray:
-    """Packed bits of the text tokens containing any byte of ``trigger`` (memoised per vocabulary)."""
-    memo = cg.__dict__.setdefault("_tokens_with_byte", {})
+    """Packed bits of the text tokens containing any byte of ``trigger`` (per byte, the token trie
+    keeps them for every grammar of the vocabulary)."""
+    memo = cg.__dict__.setdefault("_tokens_with_trigger", {})
     got = memo.get(trigger)
     if got is None:
-        parts = []
-        for b in trigger:
-            one = memo.get(b)
-            if one is None:
-                hit = np.zeros(cg.n_words * 32, dtype=bool)
-                needle = bytes([b])
-                hit[[i for i, t in enumerate(cg.vocab.token_bytes) if needle in t]] = True
-                one = memo[b] = np.packbits(hit, bitorder="little").view("<u4").astype(np.uint32)
-            parts.append(one)
-        got = memo[trigger] = np.bitwise_or.reduce(parts)
+        got = memo[trigger] = np.bitwise_or.reduce([cg.trie.tokens_with_byte(b) for b in trigger])
     return got

@@ -166,6 +166,39 @@ class TokenTrie:
             got = index[b] = np.flatnonzero(self.byte == b)
         return got
 
+    def tokens_with_byte(self, b: int) -> np.ndarray:
+        """Packed bits (uint32 words) of the tokens whose bytes contain byte ``b``: one pass of numpy
+        over the rows' bytes, made once per byte."""
+        index = self.__dict__.setdefault("_with_byte", {})
+        got = index.get(b)
+        if got is None:
+            owner = self.__dict__.get("_byte_owner")
+            if owner is None:
+                owner = self._byte_owner = np.repeat(np.arange(self.n_rows, dtype=np.int64), self.row_len)
+            hit = np.zeros(self.n_rows, dtype=bool)
+            hit[owner[np.asarray(self.flat) == b]] = True
+            got = index[b] = self.rows_to_bits(np.flatnonzero(hit)).astype(np.uint32)
+        return got
+
+    def prefix_tokens(self, data: bytes) -> list[tuple[int, int]]:
+        """(length, token id) of every token that spells a beginning of ``data``, shortest first
+        (for a spelling shared by several tokens, the lowest id): one walk down the trie."""
+        if not hasattr(self, "_row_first"):
+            self.tokens_of_rows(np.zeros(0, dtype=np.int64))
+        out = []
+        lo, hi = self.level_start[0], (self.level_start[1] if len(self.level_start) > 1 else 0)
+        for k, b in enumerate(data):
+            at = lo + int(np.searchsorted(self.byte[lo:hi], b))
+            if at >= hi or self.byte[at] != b:
+                break
+            r = int(self.node_row[at])
+            if r >= 0:
+                out.append((k + 1, int(self._tok_sorted[self._row_first[r]])))
+            lo, hi = int(self.child_lo[at]), int(self.child_hi[at])
+            if hi <= lo:
+                break
+        return out
+
     def tokens_of_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(token ids, index into ``rows`` of each) for rows given by index: duplicates expand."""
         if not hasattr(self, "_row_first"):
