@@ -167,17 +167,16 @@ class TokenTrie:
         return got
 
     def tokens_with_byte(self, b: int) -> np.ndarray:
-        """Packed bits (uint32 words) of the tokens whose bytes contain byte ``b``: one pass of numpy
-        over the rows' bytes, made once per byte."""
+        """Packed bits (uint32 words) of the tokens whose bytes contain byte ``b``: the rows below
+        the nodes on ``b`` (``nodes_on_byte``; each node's rows are one range), made once per byte."""
         index = self.__dict__.setdefault("_with_byte", {})
         got = index.get(b)
         if got is None:
-            owner = self.__dict__.get("_byte_owner")
-            if owner is None:
-                owner = self._byte_owner = np.repeat(np.arange(self.n_rows, dtype=np.int64), self.row_len)
-            hit = np.zeros(self.n_rows, dtype=bool)
-            hit[owner[np.asarray(self.flat) == b]] = True
-            got = index[b] = self.rows_to_bits(np.flatnonzero(hit)).astype(np.uint32)
+            nodes = self.nodes_on_byte(b)
+            edges = np.zeros(self.n_rows + 1, dtype=np.int64)        # +1 where a range starts, -1 past it
+            np.add.at(edges, self.row_lo[nodes], 1)
+            np.add.at(edges, self.row_hi[nodes], -1)
+            got = index[b] = self.rows_to_bits(np.flatnonzero(np.cumsum(edges[:-1]) > 0)).astype(np.uint32)
         return got
 
     def prefix_tokens(self, data: bytes) -> list[tuple[int, int]]:
