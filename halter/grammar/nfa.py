@@ -186,6 +186,10 @@ class NfaBuilder:
             self._limit_wide_copies()
         finally:
             sys.setrecursionlimit(limit)
+            # the two recursive helpers hold themselves (and ``self``) in cycles: clearing their
+            # cells lets reference counting free the builder and its NFAs when the build ends,
+            # instead of the cyclic collector walking every edge tuple first
+            del exp_size, calls_out
 
     def _limit_wide_copies(self) -> None:
         """Stop expanding rules whose wide classes would be copied too often.
