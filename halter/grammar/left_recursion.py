@@ -60,14 +60,18 @@ def _leaf_nullable(x: Expr, empty_rules: set[str]) -> bool | None:
     return False                                    # a character, a class, a token
 
 
-def _nullable(e: Expr, empty_rules: set[str]) -> bool:
+def _nullable(e: Expr, empty_rules: set[str], memo: dict[int, bool] | None = None) -> bool:
     """Whether ``e`` can match "": ``_nullable_map(e)[id(e)]``, looking no further than needed
     (a sequence stops at its first item that cannot be empty, an alternation at its first that can:
-    a property's rule is decided by the key it starts with)."""
+    a property's rule is decided by the key it starts with). ``memo``: sub-expressions decided
+    before, under the same ``empty_rules`` (shared by calls over one grammar)."""
     ret = _leaf_nullable(e, empty_rules)
     if ret is not None:
         return ret
-    memo: dict[int, bool] = {}
+    if memo is None:
+        memo = {}
+    elif id(e) in memo:
+        return memo[id(e)]
     stack = [(e, iter(children(e)))]
     while stack:
         x, it = stack[-1]
@@ -90,12 +94,14 @@ def _nullable(e: Expr, empty_rules: set[str]) -> bool:
     return bool(ret)
 
 
-def nullable_rules(rules: dict[str, Expr]) -> set[str]:
-    """The rules that can match the empty string."""
+def nullable_rules(rules: dict[str, Expr], refs: dict[str, set[str]] | None = None) -> set[str]:
+    """The rules that can match the empty string (``refs``: the names each rule references, where
+    the caller has them)."""
     users: dict[str, set[str]] = {}
     for name, body in rules.items():
-        for ref in rule_refs(body, distinct=True):
-            users.setdefault(ref.name, set()).add(name)
+        names = refs[name] if refs is not None else {ref.name for ref in rule_refs(body, distinct=True)}
+        for callee in names:
+            users.setdefault(callee, set()).add(name)
     empty: set[str] = set()
     todo = list(rules)
     while todo:
@@ -107,9 +113,9 @@ def nullable_rules(rules: dict[str, Expr]) -> set[str]:
     return empty
 
 
-def _first_calls(body: Expr, empty: set[str]) -> set[str]:
-    """Rules ``body`` can call before it has read a character."""
-    nullable = _nullable_map(body, empty)
+def _first_calls(body: Expr, empty: set[str], memo: dict[int, bool]) -> set[str]:
+    """Rules ``body`` can call before it has read a character (``memo``: see ``_nullable``; a
+    sequence's items are decided only up to the first that cannot be empty)."""
     out: set[str] = set()
     seen: set[int] = set()            # a sub-expression shared by several parents is looked into once
     stack = [body]
@@ -123,7 +129,7 @@ def _first_calls(body: Expr, empty: set[str]) -> set[str]:
         elif isinstance(x, Seq):
             for item in x.items:
                 stack.append(item)
-                if not nullable[id(item)]:
+                if not _nullable(item, empty, memo):
                     break
         elif isinstance(x, Alt):
             stack.extend(x.options)
@@ -147,8 +153,9 @@ def left_recursive_rules(rules: dict[str, Expr]) -> list[list[str]]:
     if not cyclic:
         return []
     reach = reachable(cyclic, refs.__getitem__)
-    empty = nullable_rules({name: body for name, body in rules.items() if name in reach})
-    first = {name: _first_calls(body, empty) & cyclic for name, body in rules.items() if name in cyclic}
+    empty = nullable_rules({name: body for name, body in rules.items() if name in reach}, refs)
+    memo: dict[int, bool] = {}
+    first = {name: _first_calls(body, empty, memo) & cyclic for name, body in rules.items() if name in cyclic}
     order = {name: i for i, name in enumerate(rules)}
     cycles = []
     for comp in strongly_connected_components([n for n in rules if n in cyclic], first.__getitem__):
