@@ -213,10 +213,18 @@ class RefIndex:
     def resolve(self, ref: str, base: str, where: str) -> tuple[Any, str, str]:
         """(target schema, its base URI (a ``ScopedBase``), its JSON pointer in the root document)."""
         target, tbase, tptr = self._resolve(ref, base, where)
-        if tptr not in self._checked:             # a target the metaschema walk may not have reached
-            self._checked.add(tptr)
+        if tptr not in self._checked and not self._root_check_covers(tptr):
+            self._checked.add(tptr)               # a target the metaschema walk may not have reached
             check_subschema(target, self.draft, tptr)
         return target, self.enter(base, tbase), tptr
+
+    def _root_check_covers(self, pointer: str) -> bool:
+        """Did the root document's metaschema check (``_checked`` holds its pointer) already check
+        the node at ``pointer`` as a schema? Every draft's metaschema checks each value of the
+        root's ``definitions`` against itself, and 2019-09's and 2020-12's each value of ``$defs``."""
+        parts = pointer.split("/")
+        return len(parts) == 3 and (parts[1] == "definitions"
+                                    or (parts[1] == "$defs" and self.draft in ("draft2019", "draft2020")))
 
     def _resolve(self, ref: str, base: str, where: str) -> tuple[Any, str, str]:
         if ref.startswith("#"):            # urljoin cannot resolve against e.g. urn: bases
