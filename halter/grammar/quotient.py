@@ -102,18 +102,19 @@ def _heights(owner: np.ndarray, succ: np.ndarray, n: int) -> np.ndarray:
     chain of positions (``[ \\t]{0,64}``) then costs one round, not one round per link, of which
     each hashes every edge. Found by peeling positions whose successors all have heights (Kahn's
     algorithm, in one pass over the edges)."""
-    deg = np.bincount(owner, minlength=n).tolist()
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for o, t in zip(owner.tolist(), succ.tolist()):
-        preds[t].append(o)
+    deg_arr = np.bincount(owner, minlength=n)
+    deg = deg_arr.tolist()
+    by_target = np.argsort(succ, kind="stable")          # the edges grouped by target: p's
+    preds = owner[by_target].tolist()                     # predecessors are preds[first[p]:first[p + 1]]
+    first = np.searchsorted(succ[by_target], np.arange(n + 1)).tolist()
     height = [-1] * n
-    frontier = [p for p in range(n) if deg[p] == 0]
+    frontier = np.flatnonzero(deg_arr == 0).tolist()
     level = 0
     while frontier:
         nxt = []
         for p in frontier:
             height[p] = level
-            for q in preds[p]:
+            for q in preds[first[p]:first[p + 1]]:
                 deg[q] -= 1
                 if not deg[q]:
                     nxt.append(q)
@@ -146,27 +147,20 @@ def _edges(a: "RuleAutomata", flat: np.ndarray, n: int, n_cls: int):
         m = len(starts)
         parts.append((key[starts] // n, key[starts] % n, np.full(m, n), np.ones(m, np.uint64),
                       np.zeros(m, np.uint64), set_hash))
-    c_owner, c_x, c_y = [], [], []
-    for p, row in enumerate(a.calls):
-        for r, t in row:
-            c_owner.append(p)
-            c_x.append(a.start[r])
-            c_y.append(t)
-    if c_owner:
-        m = len(c_owner)
+    start = a.start
+    call_edges = [(p, start[r], t) for p, row in enumerate(a.calls) if row for r, t in row]
+    if call_edges:
+        m = len(call_edges)
+        c_owner, c_x, c_y = np.asarray(call_edges, dtype=np.int64).T
         k_call, k_tgt = np.full(m, _K_CALL, np.uint64), np.full(m, _K_TGT, np.uint64)
-        parts.append((np.asarray(c_owner), np.asarray(c_x), np.asarray(c_y), k_call, k_call, k_tgt))
-    k_owner, k_x, k_salt = [], [], []
-    for p, row in enumerate(a.tokens):
-        for k, t in row:
-            k_owner.append(p)
-            k_x.append(t)
-            k_salt.append(k)
-    if k_owner:
-        m = len(k_owner)
+        parts.append((c_owner, c_x, c_y, k_call, k_call, k_tgt))
+    token_edges = [(p, t, k) for p, row in enumerate(a.tokens) if row for k, t in row]
+    if token_edges:
+        m = len(token_edges)
+        k_owner, k_x, k_salt = np.asarray(token_edges, dtype=np.int64).T
         with np.errstate(over="ignore"):
-            salt = _mix(np.asarray(k_salt, dtype=np.uint64) + _K_TOK)
-        parts.append((np.asarray(k_owner), np.asarray(k_x), np.full(m, n), np.ones(m, np.uint64), salt,
+            salt = _mix(k_salt.astype(np.uint64) + _K_TOK)
+        parts.append((k_owner, k_x, np.full(m, n), np.ones(m, np.uint64), salt,
                       np.full(m, _K_TOK, np.uint64)))
     if not parts:
         e, u = np.zeros(0, dtype=np.int64), np.zeros(0, np.uint64)
@@ -198,7 +192,7 @@ def _is_bisimulation(a: "RuleAutomata", classes: np.ndarray, byte_next: np.ndarr
         return False
     cl = classes.tolist()
     start = a.start
-    linked = np.fromiter((bool(c or k) for c, k in zip(a.calls, a.tokens)), dtype=bool, count=n)
+    linked = np.fromiter(map(bool, a.calls), dtype=bool, count=n) | np.fromiter(map(bool, a.tokens), dtype=bool, count=n)
     check = np.flatnonzero((linked | linked[mine]) & (mine != np.arange(n)))
     for p, r in zip(check.tolist(), mine[check].tolist()):
         if a.calls[p] or a.calls[r]:
