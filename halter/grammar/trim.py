@@ -45,14 +45,21 @@ def trim_rules(per_rule: list, names: list[str], root_id: int) -> list:
     # a worklist: a rule is looked at again only when a rule it calls became productive
     # (a pass over every rule until nothing changes is quadratic on a chain of rules)
     # callees before their callers (components of the call graph, each after those it reaches), so
-    # that most rules are decided at their first look (the fixpoint is the same in any order)
+    # that most rules are decided at their first look (the fixpoint is the same in any order).
+    # A rule is productive when its start is live (can reach its end through productive calls);
+    # the live states found then are kept, and found again at the end only where a call was left
+    # out because its callee was not (yet) known productive.
     callees = [sorted({rr for row in cl for rr, _t in row}) for _acc, _bn, cl, _tk in per_rule]
     order = [r for comp in strongly_connected_components(range(n), callees.__getitem__) for r in comp]
     pending, queued = order[::-1], [True] * n
+    live_of: list[tuple[set[int], bool] | None] = [None] * n
     while pending:
         r = pending.pop()
         queued[r] = False
-        if productive[r] or not _can_finish(per_rule[r], productive):
+        if productive[r]:
+            continue
+        live_of[r] = got = _live_states(per_rule[r], productive)
+        if 0 not in got[0]:
             continue
         productive[r] = True
         for c in callers[r]:
@@ -68,26 +75,10 @@ def trim_rules(per_rule: list, names: list[str], root_id: int) -> list:
         if not all_productive:
             cl = [[(rr, t) for rr, t in row if productive[rr]] for row in cl]
         m = len(acc)
-        # live = can reach an accepting state: a search back from them over reversed edges
-        rev: list[list[int]] = [[] for _ in range(m)]
-        for q, row in enumerate(bn):
-            for t in set(row):
-                if t >= 0:
-                    rev[t].append(q)
-            if cl[q]:
-                for _rr, t in cl[q]:
-                    rev[t].append(q)
-            if tk[q]:
-                for _k, t in tk[q]:
-                    rev[t].append(q)
-        live = {q for q in range(m) if acc[q]}
-        stack = list(live)
-        while stack:
-            q = stack.pop()
-            for p in rev[q]:
-                if p not in live:
-                    live.add(p)
-                    stack.append(p)
+        got = live_of[r]
+        if got is None or got[1]:                   # (calls were left out: with the final verdicts)
+            got = _live_states((acc, bn, cl, tk), productive)
+        live = got[0]
         if 0 not in live:           # an unproductive rule: keep one inert state so numbering holds
             out.append(([False], [[-1] * len(bn[0])], [[]], [[]]))
             continue
@@ -118,20 +109,32 @@ def trim_rules(per_rule: list, names: list[str], root_id: int) -> list:
     return out
 
 
-def _can_finish(dfa, productive) -> bool:
+def _live_states(dfa, productive: list[bool]) -> tuple[set[int], bool]:
+    """(the states that can reach an accepting state, calling only productive rules; whether a
+    call of a rule not productive was left out): a search back from the accepting states."""
     acc, bn, cl, tk = dfa
-    seen, stack = {0}, [0]
+    m = len(acc)
+    rev: list[list[int]] = [[] for _ in range(m)]
+    left_out = False
+    for q, row in enumerate(bn):
+        for t in set(row):
+            if t >= 0:
+                rev[t].append(q)
+        if cl[q]:
+            for rr, t in cl[q]:
+                if productive[rr]:
+                    rev[t].append(q)
+                else:
+                    left_out = True
+        if tk[q]:
+            for _k, t in tk[q]:
+                rev[t].append(q)
+    live = {q for q in range(m) if acc[q]}
+    stack = list(live)
     while stack:
         q = stack.pop()
-        if acc[q]:
-            return True
-        succ = set(bn[q])
-        if cl[q]:
-            succ.update([t for rr, t in cl[q] if productive[rr]])
-        if tk[q]:
-            succ.update([t for _, t in tk[q]])
-        for t in succ:
-            if t >= 0 and t not in seen:
-                seen.add(t)
-                stack.append(t)
-    return False
+        for p in rev[q]:
+            if p not in live:
+                live.add(p)
+                stack.append(p)
+    return live, left_out
