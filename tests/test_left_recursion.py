@@ -85,11 +85,43 @@ def test_recursion_through_values_is_not_warned_about(schema) -> None:
     assert _convert(schema)[1] == []
 
 
+def _nullable_map(e, empty_rules: set[str]) -> dict[int, bool]:
+    """The reference: ``id(sub-expression) -> whether it can match ""`` for every sub-expression,
+    bottom up."""
+    from halter.grammar.ast import Alt, Literal, Repeat, RuleRef, Seq, children
+    out: dict[int, bool] = {}
+    stack = [e]
+    while stack:
+        x = stack[-1]
+        if id(x) in out:
+            stack.pop()
+            continue
+        kids = children(x)
+        pending = [k for k in kids if id(k) not in out]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        if isinstance(x, Literal):
+            out[id(x)] = x.text == ""
+        elif isinstance(x, RuleRef):
+            out[id(x)] = x.name in empty_rules
+        elif isinstance(x, Seq):
+            out[id(x)] = all(out[id(k)] for k in kids)
+        elif isinstance(x, Alt):
+            out[id(x)] = any(out[id(k)] for k in kids)
+        elif isinstance(x, Repeat):
+            out[id(x)] = x.min == 0 or out[id(x.expr)]
+        else:
+            out[id(x)] = False
+    return out
+
+
 def test_the_short_circuit_nullability_agrees_with_the_full_map():
     import random
 
     from halter.grammar.ast import Alt, CharClass, Literal, Repeat, RuleRef, Seq
-    from halter.grammar.left_recursion import _nullable, _nullable_map
+    from halter.grammar.left_recursion import _nullable
     rnd = random.Random(3)
     names = ["a", "b", "c", "d"]
 
@@ -109,5 +141,15 @@ def test_the_short_circuit_nullability_agrees_with_the_full_map():
         assert _nullable(e, empty) == _nullable_map(e, empty)[id(e)]
         answers.add(_nullable(e, empty))
     assert answers == {True, False}
+    # one memo over many expressions built from shared parts (as over one grammar's rules)
+    parts = [gen(rnd.randint(0, 4)) for _ in range(40)]
+    empty = {"a", "c"}
+    memo: dict[int, bool] = {}
+    kept = []                                      # (the memo is by identity: all stay alive, as rules do)
+    for _ in range(500):
+        e = Seq(tuple(rnd.choice(parts) for _ in range(rnd.randint(1, 3)))) if rnd.random() < 0.5 \
+            else Alt(tuple(rnd.choice(parts) for _ in range(rnd.randint(1, 3))))
+        kept.append(e)
+        assert _nullable(e, empty, memo) == _nullable_map(e, empty)[id(e)]
     shared = Seq((Literal(""),))                   # one object under two parents
     assert _nullable(Alt((Seq((shared, Literal("x"))), shared)), set())

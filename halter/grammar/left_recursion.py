@@ -14,36 +14,6 @@ from halter.grammar.ast import Alt, Expr, Literal, Repeat, RuleRef, Seq, childre
 from halter.grammar.graphs import reachable, strongly_connected_components
 
 
-def _nullable_map(e: Expr, empty_rules: set[str]) -> dict[int, bool]:
-    """``id(sub-expression) -> whether it can match ""``, for every sub-expression of ``e``."""
-    out: dict[int, bool] = {}
-    stack = [e]
-    while stack:
-        x = stack[-1]
-        if id(x) in out:
-            stack.pop()
-            continue
-        kids = children(x)
-        pending = [k for k in kids if id(k) not in out]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        if isinstance(x, Literal):
-            out[id(x)] = x.text == ""
-        elif isinstance(x, RuleRef):
-            out[id(x)] = x.name in empty_rules
-        elif isinstance(x, Seq):
-            out[id(x)] = all(out[id(k)] for k in kids)
-        elif isinstance(x, Alt):
-            out[id(x)] = any(out[id(k)] for k in kids)
-        elif isinstance(x, Repeat):
-            out[id(x)] = x.min == 0 or out[id(x.expr)]
-        else:                                       # a character, a class, a token
-            out[id(x)] = False
-    return out
-
-
 _END = object()
 
 
@@ -61,10 +31,11 @@ def _leaf_nullable(x: Expr, empty_rules: set[str]) -> bool | None:
 
 
 def _nullable(e: Expr, empty_rules: set[str], memo: dict[int, bool] | None = None) -> bool:
-    """Whether ``e`` can match "": ``_nullable_map(e)[id(e)]``, looking no further than needed
+    """Whether ``e`` can match "", looking no further than needed
     (a sequence stops at its first item that cannot be empty, an alternation at its first that can:
     a property's rule is decided by the key it starts with). ``memo``: sub-expressions decided
-    before, under the same ``empty_rules`` (shared by calls over one grammar)."""
+    before, under the same ``empty_rules``, by identity (shared by calls over one grammar's rules,
+    which outlive it)."""
     ret = _leaf_nullable(e, empty_rules)
     if ret is not None:
         return ret
