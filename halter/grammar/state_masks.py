@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from halter.grammar.array_sets import sorted_unique
 from halter.grammar.trie_walk import walk_subtrees
 from halter.grammar.narrow_walk import MAX_START_NODES, NarrowWalker
 from halter.grammar.parser_state import ESCAPES, OPAQUE_ID, Node
@@ -336,7 +337,7 @@ class MaskAssembler:
         if got is None:
             return None
         rows, esc = got
-        return self._bits_of_rows(rows), np.unique(np.asarray(esc, dtype=np.int64))
+        return self._bits_of_rows(rows), sorted_unique(np.asarray(esc, dtype=np.int64))
 
     def _bits_of_rows(self, rows) -> np.ndarray:
         """Packed mask of the tokens spelled by trie ``rows`` (a list or array; may repeat)."""
